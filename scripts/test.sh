@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The test command: scripts/test.sh [extra cargo test arguments]
+#
+# Makes sure the services the tests need are there (a local PostgreSQL via
+# scripts/postgres.sh, the pyiceberg virtualenv via scripts/python-env.sh),
+# then runs `cargo test --locked --all-targets "$@"`.
+#
+# Environment:
+#   ICEFEED_TEST_DATABASE_URL  set it to test against another server (skips postgres.sh)
+#   ICEFEED_TEST_PYTHON        set it to use another Python (skips python-env.sh)
+#   CARGO_TARGET_DIR           default $HOME/.cache/icefeed/target, shared by all clones
+#
+# Examples: scripts/test.sh
+#           scripts/test.sh --lib changes::json
+#           scripts/test.sh --test api -- --nocapture
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+
+if [[ -z ${ICEFEED_TEST_DATABASE_URL:-} ]]; then
+    ICEFEED_TEST_DATABASE_URL=$(scripts/postgres.sh)
+fi
+if [[ -z ${ICEFEED_TEST_PYTHON:-} ]]; then
+    ICEFEED_TEST_PYTHON=$(scripts/python-env.sh)
+fi
+export ICEFEED_TEST_DATABASE_URL ICEFEED_TEST_PYTHON
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/icefeed/target}
+export RUST_BACKTRACE=${RUST_BACKTRACE:-1}
+
+echo "test.sh: database $ICEFEED_TEST_DATABASE_URL" >&2
+echo "test.sh: python   $ICEFEED_TEST_PYTHON" >&2
+echo "test.sh: target   $CARGO_TARGET_DIR" >&2
+
+exec cargo test --locked --all-targets "$@"

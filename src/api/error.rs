@@ -1,0 +1,157 @@
+//! RFC 9457 problem details: every error answer has a stable `code`, a human `detail`,
+//! and never internals: a 5xx carries only an error id that is also in the log.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+use crate::catalog::CatalogError;
+use crate::changes::CursorError;
+use crate::delivery::FeedError;
+use crate::store::StoreError;
+
+/// An RFC 9457 problem document.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Problem {
+    /// A URI naming the problem type: `urn:icefeed:problem:<code>`.
+    #[serde(rename = "type")]
+    pub type_uri: String,
+    /// A short summary of the problem type.
+    pub title: String,
+    /// The HTTP status code.
+    pub status: u16,
+    /// What went wrong in this occurrence, and what to do about it.
+    pub detail: String,
+    /// A stable, machine-readable error code.
+    pub code: String,
+    /// Further members specific to the code.
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub extensions: Map<String, Value>,
+}
+
+/// An error answer of the API.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    detail: String,
+    extensions: Map<String, Value>,
+}
+
+impl ApiError {
+    /// An error with a status, a stable code and a message a person can act on.
+    pub fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            detail: detail.into(),
+            extensions: Map::new(),
+        }
+    }
+
+    /// 400 with `code`.
+    pub fn bad_request(code: &'static str, detail: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, detail)
+    }
+
+    /// Adds a member to the problem document.
+    pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.extensions.insert(key.to_string(), value.into());
+        self
+    }
+
+    /// An internal failure: logged in full with an error id; the answer carries only the id.
+    pub fn internal(error: &dyn std::fmt::Display) -> Self {
+        let id = uuid::Uuid::new_v4();
+        tracing::error!(error_id = %id, error = %error, "request failed");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal_error",
+            format!("the server failed to complete the request; reference {id} in its log"),
+        )
+        .with("error_id", id.to_string())
+    }
+
+    /// The stable code.
+    pub fn code(&self) -> &'static str {
+        self.code
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let problem = Problem {
+            type_uri: format!("urn:icefeed:problem:{}", self.code),
+            title: self
+                .status
+                .canonical_reason()
+                .unwrap_or("Error")
+                .to_string(),
+            status: self.status.as_u16(),
+            detail: self.detail,
+            code: self.code.to_string(),
+            extensions: self.extensions,
+        };
+        let mut response = (self.status, axum::Json(problem)).into_response();
+        response.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        response
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound => Self::new(StatusCode::NOT_FOUND, "not_found", "not found"),
+            StoreError::Conflict(what) => Self::new(StatusCode::CONFLICT, "conflict", what),
+            other => Self::internal(&other),
+        }
+    }
+}
+
+impl From<CatalogError> for ApiError {
+    fn from(e: CatalogError) -> Self {
+        let detail = e.to_string();
+        match e {
+            CatalogError::UnknownType(_) => Self::bad_request("unknown_catalog_type", detail)
+                .with("supported", crate::catalog::CATALOG_TYPES.to_vec()),
+            CatalogError::Invalid(_) => Self::bad_request("invalid_catalog", detail),
+            CatalogError::Unreachable(_) => {
+                Self::new(StatusCode::BAD_GATEWAY, "catalog_unreachable", detail)
+            }
+            CatalogError::TableNotFound(_) => Self::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "iceberg_table_not_found",
+                detail,
+            ),
+            CatalogError::Iceberg(_) => Self::new(StatusCode::BAD_GATEWAY, "catalog_error", detail),
+        }
+    }
+}
+
+impl From<CursorError> for ApiError {
+    fn from(e: CursorError) -> Self {
+        let detail = format!(
+            "{e}; pass a cursor this table's feed returned, or omit `after` to start at the beginning"
+        );
+        match e {
+            CursorError::Malformed(_) => Self::bad_request("malformed_cursor", detail),
+            CursorError::UnsupportedVersion(_) => {
+                Self::bad_request("unsupported_cursor_version", detail)
+            }
+            CursorError::Foreign(owner) => Self::bad_request("foreign_cursor", detail)
+                .with("cursor_table_id", owner.to_string()),
+        }
+    }
+}
+
+impl From<FeedError> for ApiError {
+    fn from(e: FeedError) -> Self {
+        Self::internal(&e)
+    }
+}

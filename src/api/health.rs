@@ -1,0 +1,58 @@
+//! Liveness, readiness and Prometheus metrics.
+
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::AppState;
+use super::error::{ApiError, Problem};
+
+const TAG: &str = "operations";
+
+/// A health answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    /// `ok`.
+    pub status: &'static str,
+}
+
+/// Liveness: the process is up and serving.
+#[utoipa::path(get, path = "/healthz", tag = TAG, operation_id = "healthz",
+    responses((status = 200, description = "Alive", body = Health)))]
+pub async fn healthz() -> axum::Json<Health> {
+    axum::Json(Health { status: "ok" })
+}
+
+/// Readiness: the database answers and every migration is applied.
+#[utoipa::path(get, path = "/readyz", tag = TAG, operation_id = "readyz",
+    responses(
+        (status = 200, description = "Ready", body = Health),
+        (status = 503, description = "Database unreachable or migrations missing", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Health>, ApiError> {
+    match state.store.ready().await {
+        Ok(true) => Ok(axum::Json(Health { status: "ok" })),
+        Ok(false) => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "migrations_pending",
+            "the database schema is behind this binary; run `icefeed migrate`",
+        )),
+        Err(e) => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "database_unavailable",
+            format!("the database is not reachable: {e}"),
+        )),
+    }
+}
+
+/// Metrics in the Prometheus text format.
+#[utoipa::path(get, path = "/metrics", tag = TAG, operation_id = "metrics",
+    responses((status = 200, description = "Prometheus metrics", body = String, content_type = "text/plain")))]
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+}

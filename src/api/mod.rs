@@ -1,0 +1,140 @@
+//! The HTTP API: routes and the OpenAPI document come from the same handler list.
+
+pub mod changes;
+pub mod error;
+pub mod extract;
+pub mod health;
+pub mod tables;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::http::{HeaderName, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::sync::Notify;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::changes::ChangeStore;
+use crate::config::Settings;
+use crate::delivery::Feed;
+use crate::store::Store;
+use error::ApiError;
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    /// The coordination store.
+    pub store: Store,
+    /// The change store.
+    pub changes: ChangeStore,
+    /// Reads pages of feeds.
+    pub feed: Feed,
+    /// The node's settings.
+    pub settings: Arc<Settings>,
+    /// Renders `/metrics`.
+    pub metrics: PrometheusHandle,
+    /// Wakes this node's scheduler (a table was registered or resumed).
+    pub scheduler_wake: Arc<Notify>,
+}
+
+impl AppState {
+    /// Lets the scheduler look for work now instead of at its next tick.
+    pub fn wake_scheduler(&self) {
+        self.scheduler_wake.notify_one();
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "icefeed",
+        description = "Change feeds of Apache Iceberg tables: register tables, then pull their \
+                       inserts, updates and deletes as pages of JSON or NDJSON events.",
+        license(name = "Apache-2.0", identifier = "Apache-2.0")
+    ),
+    tags(
+        (name = "tables", description = "Registering and managing source tables"),
+        (name = "changes", description = "Reading change events"),
+        (name = "operations", description = "Health, readiness and metrics"),
+    )
+)]
+struct ApiDoc;
+
+fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(tables::register_table, tables::list_tables))
+        .routes(routes!(
+            tables::get_table,
+            tables::update_table,
+            tables::delete_table
+        ))
+        .routes(routes!(changes::get_changes))
+        .routes(routes!(changes::get_schema))
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+        .routes(routes!(health::metrics))
+}
+
+/// The OpenAPI document of the API.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let (_, mut api) = routes().split_for_parts();
+    api.info.version = env!("CARGO_PKG_VERSION").to_string();
+    api
+}
+
+/// The OpenAPI document as committed under `openapi/`: pretty JSON with a final newline.
+pub fn openapi_json() -> String {
+    let mut json = openapi()
+        .to_pretty_json()
+        .expect("the OpenAPI document serializes");
+    json.push('\n');
+    json
+}
+
+/// The complete HTTP application.
+pub fn router(state: AppState) -> Router {
+    let (router, _) = routes().split_for_parts();
+    let document = Arc::new(openapi_json());
+    let request_id = HeaderName::from_static("x-request-id");
+    router
+        .route(
+            "/openapi.json",
+            get(move || {
+                let document = document.clone();
+                async move {
+                    (
+                        [(axum::http::header::CONTENT_TYPE, "application/json")],
+                        document.as_str().to_owned(),
+                    )
+                }
+            }),
+        )
+        .fallback(|| async {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "route_not_found",
+                "no such endpoint; GET /openapi.json describes the API",
+            )
+        })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this endpoint does not support the method; GET /openapi.json describes the API",
+            )
+        })
+        .with_state(state)
+        .layer(CatchPanicLayer::custom(|_| {
+            ApiError::internal(&"handler panicked").into_response()
+        }))
+        .layer(TraceLayer::new_for_http())
+        .layer(PropagateRequestIdLayer::new(request_id.clone()))
+        .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
+}

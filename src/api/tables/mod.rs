@@ -1,0 +1,174 @@
+//! `/v1/tables`: registering, inspecting, pausing and removing source tables.
+
+pub mod model;
+mod register;
+
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use uuid::Uuid;
+
+use super::AppState;
+use super::error::{ApiError, Problem};
+use super::extract::{Json, Path};
+use crate::store::{StoreError, TableId};
+use model::{RegisterTable, TableList, TableView, UpdateTable};
+
+pub(crate) const TAG: &str = "tables";
+
+/// Parses a table id from the path, answering 404 `table_not_found` for unknown ids.
+pub(crate) async fn load(
+    state: &AppState,
+    id: &str,
+) -> Result<crate::store::SourceTable, ApiError> {
+    let id = Uuid::parse_str(id).map_err(|_| {
+        ApiError::bad_request(
+            "invalid_table_id",
+            format!("{id:?} is not a table id (a UUID)"),
+        )
+    })?;
+    state.store.get_table(TableId(id)).await.map_err(not_found)
+}
+
+fn not_found(e: StoreError) -> ApiError {
+    match e {
+        StoreError::NotFound => ApiError::new(
+            StatusCode::NOT_FOUND,
+            "table_not_found",
+            "no table is registered with this id; GET /v1/tables lists them",
+        ),
+        other => other.into(),
+    }
+}
+
+/// Register an Iceberg table and start its change feed.
+#[utoipa::path(
+    post, path = "/v1/tables", tag = TAG, operation_id = "registerTable",
+    request_body = RegisterTable,
+    responses(
+        (status = 201, description = "Registered; the feed starts at the next poll", body = TableView),
+        (status = 400, description = "Malformed request: unknown catalog type, invalid settings, identifier or poll interval", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The table is registered already", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The catalog has no such table, branch, snapshot or identifier column", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "The catalog could not be reached", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn register_table(
+    State(state): State<AppState>,
+    Json(request): Json<RegisterTable>,
+) -> Result<impl IntoResponse, ApiError> {
+    let new = register::prepare(request, state.settings.scheduler.default_poll_interval).await?;
+    let table = state.store.insert_table(&new).await.map_err(|e| match e {
+        StoreError::Conflict(_) => ApiError::new(
+            StatusCode::CONFLICT,
+            "table_already_registered",
+            format!(
+                "{} on branch {:?} of this catalog is registered already; GET /v1/tables lists it",
+                table_display(&new),
+                new.branch
+            ),
+        ),
+        other => other.into(),
+    })?;
+    state.wake_scheduler();
+    let location = format!("/v1/tables/{}", table.id);
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, location)],
+        axum::Json(TableView::from(&table)),
+    ))
+}
+
+fn table_display(t: &crate::store::NewSourceTable) -> String {
+    crate::store::display_name(&t.namespace, &t.name)
+}
+
+/// List registered tables.
+#[utoipa::path(
+    get, path = "/v1/tables", tag = TAG, operation_id = "listTables",
+    responses((status = 200, description = "All registered tables", body = TableList))
+)]
+pub async fn list_tables(State(state): State<AppState>) -> Result<axum::Json<TableList>, ApiError> {
+    let tables = state.store.list_tables().await?;
+    Ok(axum::Json(TableList {
+        tables: tables.iter().map(TableView::from).collect(),
+    }))
+}
+
+/// Get a table: state, checkpoint, lag and last error.
+#[utoipa::path(
+    get, path = "/v1/tables/{id}", tag = TAG, operation_id = "getTable",
+    params(("id" = String, Path, description = "Table id")),
+    responses(
+        (status = 200, description = "The table", body = TableView),
+        (status = 400, description = "Not a table id", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such table", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn get_table(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<axum::Json<TableView>, ApiError> {
+    let table = load(&state, &id).await?;
+    Ok(axum::Json(TableView::from(&table)))
+}
+
+/// Pause or resume a table (resuming retries a table in the error state), or change its poll interval.
+#[utoipa::path(
+    patch, path = "/v1/tables/{id}", tag = TAG, operation_id = "updateTable",
+    params(("id" = String, Path, description = "Table id")),
+    request_body = UpdateTable,
+    responses(
+        (status = 200, description = "The updated table", body = TableView),
+        (status = 400, description = "Invalid change", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such table", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn update_table(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Json(update): Json<UpdateTable>,
+) -> Result<axum::Json<TableView>, ApiError> {
+    let table = load(&state, &id).await?;
+    let poll = update
+        .poll_interval_ms
+        .map(register::validate_poll_interval)
+        .transpose()?
+        .map(|d| d.as_millis() as i64);
+    let table = state
+        .store
+        .update_table(table.id, update.paused, poll)
+        .await
+        .map_err(not_found)?;
+    if update.paused == Some(false) {
+        state.wake_scheduler();
+    }
+    Ok(axum::Json(TableView::from(&table)))
+}
+
+/// Unregister a table and delete its change sets.
+#[utoipa::path(
+    delete, path = "/v1/tables/{id}", tag = TAG, operation_id = "deleteTable",
+    params(("id" = String, Path, description = "Table id")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 400, description = "Not a table id", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such table", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn delete_table(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let table = load(&state, &id).await?;
+    state.store.delete_table(table.id).await?;
+    // The index is gone, so nothing can read the segments any more: remove them in the
+    // background; what a failure leaves behind is unreachable and safe to delete later.
+    let changes = state.changes.clone();
+    tokio::spawn(async move {
+        if let Err(e) = changes.delete_table(table.id).await {
+            tracing::warn!(table = %table.id, error = %e, "could not delete change sets");
+        }
+    });
+    Ok(StatusCode::NO_CONTENT)
+}

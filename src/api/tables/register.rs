@@ -1,0 +1,162 @@
+//! Turning a registration request into a stored source table: every check that can be
+//! made against the live table is made here, so a bad registration never gets stored.
+
+use std::time::Duration;
+
+use axum::http::StatusCode;
+use iceberg::spec::TableMetadataRef;
+use iceberg::util::snapshot::ancestors_of;
+
+use super::model::{RegisterTable, StartName, StartPosition};
+use crate::api::error::ApiError;
+use crate::catalog::{CatalogConfig, display_ident, parse_ident};
+use crate::store::{NewSourceTable, TableId};
+use crate::workers::committed_at;
+
+const MIN_POLL: Duration = Duration::from_millis(100);
+const MAX_POLL: Duration = Duration::from_secs(86_400);
+
+/// Validates `request` against the catalog and resolves its start position.
+pub async fn prepare(
+    request: RegisterTable,
+    default_poll: Duration,
+) -> Result<NewSourceTable, ApiError> {
+    let poll = match request.poll_interval_ms {
+        Some(ms) => validate_poll_interval(ms)?,
+        None => default_poll,
+    };
+    let catalog = CatalogConfig::from_json(&request.catalog)?;
+    let ident = parse_ident(&request.table)
+        .map_err(|e| ApiError::bad_request("invalid_table_identifier", e.to_string()))?;
+    let table = catalog.load_table(&ident).await?;
+    let metadata = table.metadata_ref();
+
+    let identifier_columns = resolve_identifier_columns(&metadata, request.identifier_columns)?;
+    let branch = request.branch.unwrap_or_else(|| "main".to_string());
+    let head = metadata.snapshot_for_ref(&branch).map(|s| s.snapshot_id());
+    if head.is_none() && !(branch == "main" && metadata.snapshots().len() == 0) {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "branch_not_found",
+            format!("table {} has no branch {branch:?}", request.table),
+        ));
+    }
+
+    let start = request
+        .start
+        .unwrap_or(StartPosition::Named(StartName::Snapshot));
+    let (export, checkpoint) = resolve_start(&metadata, head, &start)?;
+    let checkpoint_snapshot = checkpoint.and_then(|id| metadata.snapshot_by_id(id).cloned());
+    Ok(NewSourceTable {
+        id: TableId::new(),
+        namespace: ident.namespace().clone().inner(),
+        name: ident.name().to_string(),
+        catalog_key: catalog.key(),
+        catalog: request.catalog,
+        branch,
+        identifier_columns,
+        start_position: serde_json::to_value(&start).expect("start position serializes"),
+        poll_interval_ms: poll.as_millis() as i64,
+        export,
+        checkpoint_snapshot_id: checkpoint,
+        checkpoint_sequence_number: checkpoint_snapshot.as_ref().map(|s| s.sequence_number()),
+        checkpoint_committed_at: checkpoint_snapshot.as_ref().map(committed_at),
+    })
+    .inspect(|t| tracing::info!(table = %display_ident(&ident), id = %t.id, "registering table"))
+}
+
+/// Checks a poll interval in milliseconds.
+pub fn validate_poll_interval(ms: u64) -> Result<Duration, ApiError> {
+    let poll = Duration::from_millis(ms);
+    if !(MIN_POLL..=MAX_POLL).contains(&poll) {
+        return Err(ApiError::bad_request(
+            "invalid_poll_interval",
+            format!("poll_interval_ms must be between 100 and 86400000; got {ms}"),
+        ));
+    }
+    Ok(poll)
+}
+
+/// The given identifier columns, checked against the current schema, or the table's
+/// Iceberg identifier fields.
+fn resolve_identifier_columns(
+    metadata: &TableMetadataRef,
+    given: Option<Vec<String>>,
+) -> Result<Vec<String>, ApiError> {
+    let schema = metadata.current_schema();
+    let top_level: Vec<&str> = schema
+        .as_struct()
+        .fields()
+        .iter()
+        .map(|f| f.name.as_str())
+        .collect();
+    match given {
+        Some(columns) => {
+            if let Some(unknown) = columns.iter().find(|c| !top_level.contains(&c.as_str())) {
+                return Err(ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "unknown_identifier_column",
+                    format!(
+                        "identifier column {unknown:?} is not a top-level column of the table; \
+                         its columns are: {}",
+                        top_level.join(", ")
+                    ),
+                )
+                .with("columns", top_level));
+            }
+            let mut unique = columns.clone();
+            unique.sort();
+            unique.dedup();
+            if unique.len() != columns.len() {
+                return Err(ApiError::bad_request(
+                    "duplicate_identifier_column",
+                    "identifier_columns names a column twice",
+                ));
+            }
+            Ok(columns)
+        }
+        None => Ok(schema
+            .identifier_field_ids()
+            .filter_map(|id| schema.name_by_field_id(id).map(str::to_string))
+            .collect()),
+    }
+}
+
+/// (export first?, checkpoint to follow from) for a start position.
+fn resolve_start(
+    metadata: &TableMetadataRef,
+    head: Option<i64>,
+    start: &StartPosition,
+) -> Result<(bool, Option<i64>), ApiError> {
+    match start {
+        StartPosition::Named(StartName::Snapshot) => Ok((true, None)),
+        StartPosition::Named(StartName::Latest) => Ok((false, head)),
+        StartPosition::Named(StartName::Earliest) => Ok((false, None)),
+        StartPosition::SnapshotId { snapshot_id } => {
+            let on_branch = head
+                .map(|h| ancestors_of(metadata, h).any(|s| s.snapshot_id() == *snapshot_id))
+                .unwrap_or(false);
+            if !on_branch {
+                return Err(ApiError::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "unknown_snapshot",
+                    format!(
+                        "snapshot {snapshot_id} is not in the table's retained history of the branch"
+                    ),
+                ));
+            }
+            Ok((false, Some(*snapshot_id)))
+        }
+        StartPosition::Timestamp { timestamp } => {
+            let ms = timestamp.timestamp_millis();
+            // Follow from the newest snapshot committed before the time (exclusive), so
+            // a snapshot committed exactly at it is included.
+            let before = head.and_then(|h| {
+                ancestors_of(metadata, h)
+                    .find(|s| s.timestamp_ms() < ms)
+                    .map(|s| s.snapshot_id())
+            });
+            Ok((false, before))
+        }
+    }
+}

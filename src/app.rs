@@ -1,0 +1,101 @@
+//! Builds a node: database, change store, API and scheduler; runs until told to stop.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{self, AppState};
+use crate::changes::{ChangeStore, SegmentReader};
+use crate::config::Settings;
+use crate::delivery::Feed;
+use crate::store::Store;
+use crate::workers::Scheduler;
+
+/// A node that is running.
+pub struct RunningNode {
+    /// The address the API listens on.
+    pub addr: SocketAddr,
+    stop: CancellationToken,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl RunningNode {
+    /// Stops polling, lets in-flight requests finish, and waits for the node to exit.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        self.stop.cancel();
+        self.task.await.context("node task")?
+    }
+
+    /// Waits until the node exits by itself or `stop` (given to [`start`]) is cancelled.
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.task.await.context("node task")?
+    }
+}
+
+/// Connects, migrates and starts the API and the scheduler; returns once listening.
+pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Result<RunningNode> {
+    let settings = Arc::new(settings);
+    let store = Store::connect(&settings.database_url)
+        .await
+        .context("connecting to PostgreSQL (set ICEFEED_DATABASE_URL)")?;
+    store.migrate().await.context("applying migrations")?;
+    let changes = ChangeStore::open(&settings.change_store, &settings.change_store_options)?;
+    let node = settings.node_name();
+    let wake = Arc::new(Notify::new());
+    let state = AppState {
+        store: store.clone(),
+        changes: changes.clone(),
+        feed: Feed::new(store.clone(), SegmentReader::new(changes.clone())),
+        settings: settings.clone(),
+        metrics: crate::telemetry::metrics(),
+        scheduler_wake: wake.clone(),
+    };
+    let listener = TcpListener::bind(settings.listen)
+        .await
+        .with_context(|| format!("listening on {}", settings.listen))?;
+    let addr = listener.local_addr()?;
+    tracing::info!(%addr, node = %node, change_store = %changes.location(), "icefeed listening");
+
+    let scheduler = Scheduler::new(store, changes, settings.scheduler.clone(), node);
+    let scheduler = tokio::spawn(scheduler.run(stop.clone(), wake));
+    let app = api::router(state);
+    let grace = settings.api.shutdown_grace;
+    let task_stop = stop.clone();
+    let task = tokio::spawn(async move {
+        let server =
+            axum::serve(listener, app).with_graceful_shutdown(task_stop.clone().cancelled_owned());
+        let served = server.await.context("HTTP server");
+        // Stop polling; in-flight syncs abandon between files and release their leases.
+        task_stop.cancel();
+        if tokio::time::timeout(grace, scheduler).await.is_err() {
+            tracing::warn!("scheduler did not stop within the grace period");
+        }
+        tracing::info!("icefeed stopped");
+        served
+    });
+    Ok(RunningNode { addr, stop, task })
+}
+
+/// Cancels `stop` on SIGTERM or Ctrl-C.
+pub fn stop_on_signals(stop: CancellationToken) {
+    tokio::spawn(async move {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing the SIGTERM handler");
+        #[cfg(unix)]
+        let terminate = term.recv();
+        #[cfg(not(unix))]
+        let terminate = std::future::pending::<Option<()>>();
+        tokio::select! {
+            _ = ctrl_c => tracing::info!("interrupted; shutting down"),
+            _ = terminate => tracing::info!("SIGTERM; shutting down"),
+        }
+        stop.cancel();
+    });
+}

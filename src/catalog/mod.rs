@@ -1,0 +1,272 @@
+//! Connecting to Iceberg catalogs: the connection settings users register, how they are
+//! shown without secrets, and loading a table's current metadata.
+
+mod filesystem;
+mod redact;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use iceberg::io::LocalFsStorageFactory;
+use iceberg::table::Table;
+use iceberg::{Catalog, CatalogBuilder, ErrorKind, NamespaceIdent, TableIdent};
+use iceberg_catalog_rest::RestCatalogBuilder;
+use iceberg_catalog_sql::SqlCatalogBuilder;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+pub use redact::redact;
+
+/// The catalog types icefeed can read from.
+pub const CATALOG_TYPES: &[&str] = &["sql", "rest", "filesystem"];
+
+/// How to reach the catalog that holds a table.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum CatalogConfig {
+    /// A SQL (JDBC-compatible) catalog: `iceberg_tables` in SQLite or PostgreSQL, as written
+    /// by Java's JdbcCatalog, pyiceberg's SqlCatalog and iceberg-rust.
+    Sql {
+        /// Database URL, e.g. `sqlite:/data/catalog.db` or `postgres://user:pw@host/db`.
+        uri: String,
+        /// Warehouse location.
+        warehouse: String,
+        /// Catalog name as the writers use it (the `catalog_name` column).
+        #[serde(default = "default_catalog_name")]
+        name: String,
+        /// Extra catalog and file IO properties.
+        #[serde(default)]
+        properties: BTreeMap<String, String>,
+    },
+    /// An Iceberg REST catalog.
+    Rest {
+        /// Base URL of the catalog, e.g. `http://localhost:8181`.
+        uri: String,
+        /// Warehouse to ask the catalog for.
+        #[serde(default)]
+        warehouse: Option<String>,
+        /// Extra properties (`credential`, `token`, `scope`, file IO settings, …).
+        #[serde(default)]
+        properties: BTreeMap<String, String>,
+    },
+    /// Tables in a directory without a catalog service: a Hadoop-style warehouse
+    /// (`<warehouse>/<namespace>/<table>/metadata/vN.metadata.json`) or one metadata file.
+    Filesystem {
+        /// Warehouse directory; the table is found below it by its identifier.
+        #[serde(default)]
+        warehouse: Option<String>,
+        /// A fixed metadata file to read instead (the table never advances).
+        #[serde(default)]
+        metadata_location: Option<String>,
+        /// Extra file IO properties.
+        #[serde(default)]
+        properties: BTreeMap<String, String>,
+    },
+}
+
+fn default_catalog_name() -> String {
+    "default".into()
+}
+
+/// Failures reaching a catalog or a table in it.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogError {
+    /// The `type` is not one icefeed knows.
+    #[error("unknown catalog type {0:?}; supported types are: {types}", types = CATALOG_TYPES.join(", "))]
+    UnknownType(String),
+    /// The connection settings are malformed.
+    #[error("invalid catalog settings: {0}")]
+    Invalid(String),
+    /// The catalog did not answer or refused the connection.
+    #[error("catalog unreachable: {0}")]
+    Unreachable(String),
+    /// The catalog answered, but has no such table.
+    #[error("table {0} not found in the catalog")]
+    TableNotFound(String),
+    /// Reading table metadata failed.
+    #[error("reading table metadata failed: {0}")]
+    Iceberg(#[from] iceberg::Error),
+}
+
+impl CatalogConfig {
+    /// Parses registered settings, telling an unknown `type` apart from malformed ones.
+    pub fn from_json(value: &serde_json::Value) -> Result<Self, CatalogError> {
+        let kind = value
+            .get("type")
+            .and_then(|t| t.as_str())
+            .ok_or_else(|| CatalogError::Invalid("`type` is required".into()))?;
+        if !CATALOG_TYPES.contains(&kind) {
+            return Err(CatalogError::UnknownType(kind.to_string()));
+        }
+        let config: Self = serde_json::from_value(value.clone())
+            .map_err(|e| CatalogError::Invalid(e.to_string()))?;
+        if let CatalogConfig::Filesystem {
+            warehouse,
+            metadata_location,
+            ..
+        } = &config
+            && warehouse.is_some() == metadata_location.is_some()
+        {
+            return Err(CatalogError::Invalid(
+                "a filesystem catalog needs exactly one of `warehouse` and `metadata_location`"
+                    .into(),
+            ));
+        }
+        Ok(config)
+    }
+
+    /// A stable identity of the catalog without secrets, for duplicate detection.
+    pub fn key(&self) -> String {
+        let (kind, location) = match self {
+            CatalogConfig::Sql {
+                uri,
+                warehouse,
+                name,
+                ..
+            } => (
+                "sql",
+                format!("{}|{warehouse}|{name}", redact::redact_url(uri)),
+            ),
+            CatalogConfig::Rest { uri, warehouse, .. } => (
+                "rest",
+                format!(
+                    "{}|{}",
+                    redact::redact_url(uri),
+                    warehouse.as_deref().unwrap_or("")
+                ),
+            ),
+            CatalogConfig::Filesystem {
+                warehouse,
+                metadata_location,
+                ..
+            } => (
+                "filesystem",
+                warehouse
+                    .clone()
+                    .or(metadata_location.clone())
+                    .unwrap_or_default(),
+            ),
+        };
+        format!("{kind}:{location}")
+    }
+
+    /// Connects and loads the table's current metadata.
+    pub async fn load_table(&self, ident: &TableIdent) -> Result<Table, CatalogError> {
+        match self {
+            CatalogConfig::Filesystem {
+                warehouse,
+                metadata_location,
+                properties,
+            } => {
+                filesystem::load(
+                    ident,
+                    warehouse.as_deref(),
+                    metadata_location.as_deref(),
+                    properties,
+                )
+                .await
+            }
+            _ => {
+                let catalog = self.connect().await?;
+                load_from(catalog.as_ref(), ident).await
+            }
+        }
+    }
+
+    /// Connects to a catalog service (not used for filesystem tables).
+    pub async fn connect(&self) -> Result<Arc<dyn Catalog>, CatalogError> {
+        let storage = Arc::new(LocalFsStorageFactory);
+        match self {
+            CatalogConfig::Sql {
+                uri,
+                warehouse,
+                name,
+                properties,
+            } => {
+                let mut props: HashMap<String, String> = properties.clone().into_iter().collect();
+                props.insert("uri".into(), uri.clone());
+                props.insert("warehouse".into(), warehouse.clone());
+                if uri.starts_with("postgres") {
+                    props
+                        .entry("sql_bind_style".into())
+                        .or_insert_with(|| "DollarNumeric".into());
+                }
+                let catalog = SqlCatalogBuilder::default()
+                    .with_storage_factory(storage)
+                    .load(name.clone(), props)
+                    .await
+                    .map_err(unreachable)?;
+                Ok(Arc::new(catalog))
+            }
+            CatalogConfig::Rest {
+                uri,
+                warehouse,
+                properties,
+            } => {
+                let mut props: HashMap<String, String> = properties.clone().into_iter().collect();
+                props.insert("uri".into(), uri.clone());
+                if let Some(w) = warehouse {
+                    props.insert("warehouse".into(), w.clone());
+                }
+                let catalog = RestCatalogBuilder::default()
+                    .with_storage_factory(storage)
+                    .load("rest", props)
+                    .await
+                    .map_err(unreachable)?;
+                Ok(Arc::new(catalog))
+            }
+            CatalogConfig::Filesystem { .. } => Err(CatalogError::Invalid(
+                "a filesystem catalog has no catalog service to connect to".into(),
+            )),
+        }
+    }
+}
+
+async fn load_from(catalog: &dyn Catalog, ident: &TableIdent) -> Result<Table, CatalogError> {
+    catalog.load_table(ident).await.map_err(|e| match e.kind() {
+        ErrorKind::TableNotFound | ErrorKind::NamespaceNotFound => {
+            CatalogError::TableNotFound(display_ident(ident))
+        }
+        _ if is_connection_error(&e) => unreachable(e),
+        _ => CatalogError::Iceberg(e),
+    })
+}
+
+/// Connection failures show up as `Unexpected` errors whose text names the transport.
+fn is_connection_error(e: &iceberg::Error) -> bool {
+    let text = format!("{e:?}").to_lowercase();
+    [
+        "connect",
+        "connection",
+        "timed out",
+        "dns",
+        "unable to open database",
+    ]
+    .iter()
+    .any(|w| text.contains(w))
+}
+
+fn unreachable(e: iceberg::Error) -> CatalogError {
+    CatalogError::Unreachable(redact::redact_text(&e.to_string()))
+}
+
+/// Parses `a.b.table` into a table identifier (the last part is the table name).
+pub fn parse_ident(text: &str) -> Result<TableIdent, CatalogError> {
+    let parts: Vec<String> = text.split('.').map(str::to_string).collect();
+    if parts.len() < 2 || parts.iter().any(|p| p.trim().is_empty()) {
+        return Err(CatalogError::Invalid(format!(
+            "table identifier {text:?} must be `namespace.table` (nested namespaces: `a.b.table`)"
+        )));
+    }
+    let (name, namespace) = parts.split_last().expect("two parts at least");
+    let namespace = NamespaceIdent::from_vec(namespace.to_vec())
+        .map_err(|e| CatalogError::Invalid(e.to_string()))?;
+    Ok(TableIdent::new(namespace, name.clone()))
+}
+
+/// `a.b.table` for a table identifier.
+pub fn display_ident(ident: &TableIdent) -> String {
+    let mut parts = ident.namespace().clone().inner();
+    parts.push(ident.name().to_string());
+    parts.join(".")
+}

@@ -1,0 +1,10 @@
+//! Change sets in the object store: segments, positions (cursors) and the JSON event form.
+
+pub mod json;
+pub mod position;
+pub mod segment;
+pub mod store;
+
+pub use position::{CursorError, Position};
+pub use segment::{ReadSchema, SegmentReader};
+pub use store::{ChangeStore, ChangeStoreError, StoredSegment};

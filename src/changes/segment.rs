@@ -1,0 +1,171 @@
+//! Reading a row range of a segment, projected by Iceberg field id onto the schema its
+//! change set was published with (columns missing from an older file read as null).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use arrow::array::{ArrayRef, RecordBatch, new_null_array};
+use arrow::compute::cast;
+use arrow::datatypes::{DataType, Field, Schema as ArrowSchema, SchemaRef};
+use futures::TryStreamExt;
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, RowSelection, RowSelector,
+};
+use parquet::arrow::async_reader::{ParquetObjectReader, ParquetRecordBatchStreamBuilder};
+use parquet::arrow::{PARQUET_FIELD_ID_META_KEY, ProjectionMask};
+
+use super::store::{ChangeStore, ChangeStoreError};
+
+/// Footers kept in memory; a page read then costs only the data it needs.
+const FOOTER_CACHE_ENTRIES: usize = 1024;
+
+/// The Iceberg fields a segment is read as: ids, names and Arrow types, in order.
+#[derive(Clone, Debug)]
+pub struct ReadSchema {
+    /// Field id of each column.
+    pub field_ids: Vec<i32>,
+    /// The Arrow schema the iceberg crate derives for the Iceberg schema.
+    pub arrow: SchemaRef,
+}
+
+impl ReadSchema {
+    /// The read schema of an Iceberg schema's top-level fields.
+    pub fn new(schema: &iceberg::spec::Schema) -> Result<Self, iceberg::Error> {
+        let arrow = Arc::new(iceberg::arrow::schema_to_arrow_schema(schema)?);
+        let field_ids = schema.as_struct().fields().iter().map(|f| f.id).collect();
+        Ok(Self { field_ids, arrow })
+    }
+}
+
+/// Reads segments from the change store, caching their footers.
+#[derive(Clone, Debug)]
+pub struct SegmentReader {
+    store: ChangeStore,
+    footers: Arc<Mutex<HashMap<String, ArrowReaderMetadata>>>,
+}
+
+impl SegmentReader {
+    /// A reader over `store`.
+    pub fn new(store: ChangeStore) -> Self {
+        Self {
+            store,
+            footers: Default::default(),
+        }
+    }
+
+    /// Rows `offset .. offset + count` of segment `key` as batches under `schema`.
+    pub async fn read(
+        &self,
+        key: &str,
+        size: u64,
+        schema: &ReadSchema,
+        offset: usize,
+        count: usize,
+    ) -> Result<Vec<RecordBatch>, ChangeStoreError> {
+        let (objects, path) = self.store.object(key);
+        let mut reader = ParquetObjectReader::new(objects, path).with_file_size(size);
+        let metadata = match self.cached(key) {
+            Some(m) => m,
+            None => {
+                let m =
+                    ArrowReaderMetadata::load_async(&mut reader, ArrowReaderOptions::new()).await?;
+                self.remember(key, m.clone());
+                m
+            }
+        };
+        let file_schema = metadata.schema().clone();
+        let roots: Vec<usize> = schema
+            .field_ids
+            .iter()
+            .filter_map(|id| column_of(&file_schema, *id))
+            .collect();
+        let mask = ProjectionMask::roots(metadata.metadata().file_metadata().schema_descr(), roots);
+
+        // Only the row groups that overlap the range are read at all.
+        let mut groups = Vec::new();
+        let mut skip_in_groups = 0usize;
+        let mut start = 0usize;
+        for (i, rg) in metadata.metadata().row_groups().iter().enumerate() {
+            let rows = rg.num_rows() as usize;
+            let end = start + rows;
+            if end > offset && start < offset + count {
+                if groups.is_empty() {
+                    skip_in_groups = offset - start;
+                }
+                groups.push(i);
+            }
+            start = end;
+        }
+        if groups.is_empty() {
+            return Ok(Vec::new());
+        }
+        let selection = RowSelection::from(vec![
+            RowSelector::skip(skip_in_groups),
+            RowSelector::select(count),
+        ]);
+        let stream = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, metadata)
+            .with_projection(mask)
+            .with_row_groups(groups)
+            .with_row_selection(selection)
+            .with_batch_size(count.clamp(1, 8192))
+            .build()?;
+        let batches: Vec<RecordBatch> = stream.try_collect().await?;
+        batches.iter().map(|b| conform(b, schema)).collect()
+    }
+
+    fn cached(&self, key: &str) -> Option<ArrowReaderMetadata> {
+        self.footers.lock().expect("footer cache").get(key).cloned()
+    }
+
+    fn remember(&self, key: &str, metadata: ArrowReaderMetadata) {
+        let mut footers = self.footers.lock().expect("footer cache");
+        if footers.len() >= FOOTER_CACHE_ENTRIES {
+            footers.clear();
+        }
+        footers.insert(key.to_string(), metadata);
+    }
+}
+
+/// Index of the top-level column with Iceberg field id `id`.
+fn column_of(schema: &ArrowSchema, id: i32) -> Option<usize> {
+    let id = id.to_string();
+    schema
+        .fields()
+        .iter()
+        .position(|f| f.metadata().get(PARQUET_FIELD_ID_META_KEY) == Some(&id))
+}
+
+/// Arranges a batch read from a file into the read schema's column order: promoted
+/// primitive types are cast (int → long, float → double), absent columns become nulls.
+fn conform(batch: &RecordBatch, schema: &ReadSchema) -> Result<RecordBatch, ChangeStoreError> {
+    let rows = batch.num_rows();
+    let mut fields = Vec::with_capacity(schema.field_ids.len());
+    let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.field_ids.len());
+    for (target, id) in schema.arrow.fields().iter().zip(&schema.field_ids) {
+        let column = match column_of(batch.schema_ref(), *id) {
+            Some(i) => {
+                let column = batch.column(i);
+                if column.data_type() == target.data_type() || is_nested(column.data_type()) {
+                    column.clone()
+                } else {
+                    cast(column, target.data_type())?
+                }
+            }
+            None => new_null_array(target.data_type(), rows),
+        };
+        fields.push(Field::new(target.name(), column.data_type().clone(), true));
+        columns.push(column);
+    }
+    Ok(RecordBatch::try_new(
+        Arc::new(ArrowSchema::new(fields)),
+        columns,
+    )?)
+}
+
+/// Nested columns keep the file's child names (`element`, `item`, `key_value`, …).
+fn is_nested(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::Struct(_) | DataType::List(_) | DataType::LargeList(_) | DataType::Map(_, _)
+    )
+}

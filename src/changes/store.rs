@@ -1,0 +1,193 @@
+//! The change store: an object store (a local directory by default) holding change-set
+//! segments. Keys are deterministic (table, snapshot, segment number), so a node that
+//! redoes the work of a node that died overwrites the same objects with the same bytes.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use iceberg::io::FileIO;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
+use parquet::file::metadata::{FooterTail, ParquetMetaDataReader};
+use url::Url;
+
+use crate::store::TableId;
+
+/// Source files up to this size are copied in one request; larger ones in parts.
+const SINGLE_PUT_LIMIT: u64 = 16 << 20;
+const PART_SIZE: u64 = 8 << 20;
+
+/// Failures of the change store.
+#[derive(Debug, thiserror::Error)]
+pub enum ChangeStoreError {
+    /// The configured location cannot be used.
+    #[error("invalid change store location {0:?}: {1}")]
+    Location(String, String),
+    /// Reading or writing an object failed.
+    #[error("change store: {0}")]
+    ObjectStore(#[from] object_store::Error),
+    /// Reading a source data file failed.
+    #[error("reading source file: {0}")]
+    Source(#[from] iceberg::Error),
+    /// A Parquet file is not what its metadata promised.
+    #[error("{0}")]
+    Corrupt(String),
+    /// Conforming Arrow data failed.
+    #[error("arrow: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+    /// Decoding Parquet failed.
+    #[error("parquet: {0}")]
+    Parquet(#[from] parquet::errors::ParquetError),
+}
+
+/// Handle to the change store; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct ChangeStore {
+    objects: Arc<dyn ObjectStore>,
+    root: Path,
+    location: String,
+}
+
+/// A segment written to the change store.
+#[derive(Clone, Debug)]
+pub struct StoredSegment {
+    /// Key relative to the store.
+    pub path: String,
+    /// Rows in the segment (from the Parquet footer).
+    pub rows: i64,
+    /// Object size in bytes.
+    pub size: i64,
+}
+
+impl ChangeStore {
+    /// Opens `location`: a local directory (created if missing) or an object store URL
+    /// (`s3://`, `gs://`, `az://`, `memory://`, `file://`) with `options`.
+    pub fn open(
+        location: &str,
+        options: &BTreeMap<String, String>,
+    ) -> Result<Self, ChangeStoreError> {
+        let bad = |e: String| ChangeStoreError::Location(location.to_string(), e);
+        let (objects, root): (Arc<dyn ObjectStore>, Path) = if location.contains("://") {
+            let url = Url::parse(location).map_err(|e| bad(e.to_string()))?;
+            let (store, root) =
+                object_store::parse_url_opts(&url, options).map_err(|e| bad(e.to_string()))?;
+            (Arc::from(store), root)
+        } else {
+            std::fs::create_dir_all(location).map_err(|e| bad(e.to_string()))?;
+            let store =
+                LocalFileSystem::new_with_prefix(location).map_err(|e| bad(e.to_string()))?;
+            (Arc::new(store), Path::default())
+        };
+        Ok(Self {
+            objects,
+            root,
+            location: location.to_string(),
+        })
+    }
+
+    /// Where this store lives, as configured.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    /// The object store and the full key of a stored segment, for reading it.
+    pub fn object(&self, key: &str) -> (Arc<dyn ObjectStore>, Path) {
+        (self.objects.clone(), self.full(key))
+    }
+
+    fn full(&self, key: &str) -> Path {
+        self.root.parts().chain(Path::from(key).parts()).collect()
+    }
+
+    /// The key of segment `n` of `table`'s change set for `snapshot_id`.
+    pub fn segment_key(table: TableId, snapshot_id: i64, n: usize) -> String {
+        format!("tables/{table}/snapshots/{snapshot_id}/{n:06}.parquet")
+    }
+
+    /// Copies an Iceberg data file byte for byte into the store under `key`, after
+    /// checking that its footer holds `expected_rows` rows: insert-only change sets need
+    /// no re-encoding, so they cost a file copy rather than a decode and re-write.
+    pub async fn copy_data_file(
+        &self,
+        file_io: &FileIO,
+        source: &str,
+        expected_rows: u64,
+        key: &str,
+    ) -> Result<StoredSegment, ChangeStoreError> {
+        let input = file_io.new_input(source)?;
+        let size = input.metadata().await?.size;
+        let reader = input.reader().await?;
+        let rows = footer_rows(reader.as_ref(), size, source).await?;
+        if rows != expected_rows {
+            return Err(ChangeStoreError::Corrupt(format!(
+                "data file {source} holds {rows} rows but its manifest entry says {expected_rows}"
+            )));
+        }
+        let target = self.full(key);
+        if size <= SINGLE_PUT_LIMIT {
+            let bytes = reader.read(0..size).await?;
+            self.objects.put(&target, PutPayload::from(bytes)).await?;
+        } else {
+            let mut upload = WriteMultipart::new(self.objects.put_multipart(&target).await?);
+            let mut offset = 0;
+            while offset < size {
+                let end = (offset + PART_SIZE).min(size);
+                upload.wait_for_capacity(2).await?;
+                upload.put(reader.read(offset..end).await?);
+                offset = end;
+            }
+            upload.finish().await?;
+        }
+        Ok(StoredSegment {
+            path: key.to_string(),
+            rows: rows as i64,
+            size: size as i64,
+        })
+    }
+
+    /// Writes a finished segment file.
+    pub async fn put(&self, key: &str, bytes: Bytes) -> Result<(), ChangeStoreError> {
+        self.objects
+            .put(&self.full(key), PutPayload::from(bytes))
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes everything stored for `table` (best effort is up to the caller).
+    pub async fn delete_table(&self, table: TableId) -> Result<usize, ChangeStoreError> {
+        use futures::{StreamExt, TryStreamExt};
+        let prefix = self.full(&format!("tables/{table}"));
+        let paths = self
+            .objects
+            .list(Some(&prefix))
+            .map_ok(|meta| meta.location)
+            .boxed();
+        let deleted: Vec<Path> = self.objects.delete_stream(paths).try_collect().await?;
+        Ok(deleted.len())
+    }
+}
+
+/// Rows in a Parquet file according to its footer, read with two small range reads.
+async fn footer_rows(
+    reader: &dyn iceberg::io::FileRead,
+    size: u64,
+    source: &str,
+) -> Result<u64, ChangeStoreError> {
+    let corrupt = |what: &str| ChangeStoreError::Corrupt(format!("data file {source}: {what}"));
+    if size < 12 {
+        return Err(corrupt("too small to be a Parquet file"));
+    }
+    let tail = reader.read(size - 8..size).await?;
+    let tail: [u8; 8] = tail[..].try_into().map_err(|_| corrupt("short read"))?;
+    let footer =
+        FooterTail::try_from(tail).map_err(|e| corrupt(&format!("not a Parquet file ({e})")))?;
+    let len = footer.metadata_length() as u64;
+    if len + 8 > size {
+        return Err(corrupt("footer length exceeds the file"));
+    }
+    let metadata = reader.read(size - 8 - len..size - 8).await?;
+    let metadata = ParquetMetaDataReader::decode_metadata(&metadata)?;
+    Ok(metadata.file_metadata().num_rows() as u64)
+}

@@ -1,0 +1,157 @@
+//! Settings: built-in defaults, then an optional TOML file, then `ICEFEED_*` environment
+//! variables (nested keys joined by `__`, e.g. `ICEFEED_SCHEDULER__LEASE_TTL=30s`).
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+
+/// Every setting of an `icefeed` node.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    /// PostgreSQL connection URL (registry, leases, checkpoints, change-set index).
+    pub database_url: String,
+    /// Address the HTTP API listens on.
+    pub listen: SocketAddr,
+    /// Where change sets are kept: a local directory or an `s3://`, `gs://`, `az://` URL.
+    pub change_store: String,
+    /// Options passed to the object store (credentials, region, endpoint).
+    pub change_store_options: std::collections::BTreeMap<String, String>,
+    /// This node's name in leases; defaults to host name and process id.
+    pub node_id: Option<String>,
+    /// Background work.
+    pub scheduler: SchedulerSettings,
+    /// HTTP API limits.
+    pub api: ApiSettings,
+}
+
+/// How the background scheduler polls tables and holds leases.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchedulerSettings {
+    /// How often a node looks for tables due for a poll.
+    #[serde(with = "humantime_serde")]
+    pub tick: Duration,
+    /// How long a lease lasts without a heartbeat; a dead node's work moves after this.
+    #[serde(with = "humantime_serde")]
+    pub lease_ttl: Duration,
+    /// Tables one node processes at the same time.
+    pub max_concurrent_tables: usize,
+    /// Data files one table copies or reads at the same time.
+    pub file_concurrency: usize,
+    /// Default poll interval of a table registered without one.
+    #[serde(with = "humantime_serde")]
+    pub default_poll_interval: Duration,
+}
+
+/// Limits of the pull API.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApiSettings {
+    /// Events per page when a request names no limit.
+    pub default_limit: u32,
+    /// The largest page a request may ask for.
+    pub max_limit: u32,
+    /// How long a graceful shutdown waits for in-flight requests.
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            database_url: "postgres://icefeed:icefeed@127.0.0.1:5432/icefeed".into(),
+            listen: ([127, 0, 0, 1], 8080).into(),
+            change_store: ".icefeed/changes".into(),
+            change_store_options: Default::default(),
+            node_id: None,
+            scheduler: SchedulerSettings::default(),
+            api: ApiSettings::default(),
+        }
+    }
+}
+
+impl Default for SchedulerSettings {
+    fn default() -> Self {
+        Self {
+            tick: Duration::from_millis(500),
+            lease_ttl: Duration::from_secs(30),
+            max_concurrent_tables: 4,
+            file_concurrency: 4,
+            default_poll_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+impl Default for ApiSettings {
+    fn default() -> Self {
+        Self {
+            default_limit: 1000,
+            max_limit: 10_000,
+            shutdown_grace: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Settings that cannot work, found at start rather than at first use.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file or an environment variable did not parse.
+    #[error("invalid configuration: {0}")]
+    Parse(#[from] Box<figment::Error>),
+    /// A value parsed but is out of range.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+impl Settings {
+    /// Loads defaults, then `file` (if any), then `ICEFEED_*` variables, and validates.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        let mut figment = Figment::from(Serialized::defaults(Settings::default()));
+        if let Some(file) = file {
+            figment = figment.merge(Toml::file_exact(file));
+        }
+        let settings: Settings = figment
+            .merge(Env::prefixed("ICEFEED_").split("__").ignore(&["config"]))
+            .extract()
+            .map_err(Box::new)?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let s = &self.scheduler;
+        if s.lease_ttl < Duration::from_secs(2) {
+            return Err(ConfigError::Invalid(
+                "scheduler.lease_ttl must be at least 2s".into(),
+            ));
+        }
+        if s.max_concurrent_tables == 0 || s.file_concurrency == 0 {
+            return Err(ConfigError::Invalid(
+                "scheduler concurrency settings must be at least 1".into(),
+            ));
+        }
+        if self.api.default_limit == 0 || self.api.default_limit > self.api.max_limit {
+            return Err(ConfigError::Invalid(
+                "api.default_limit must be between 1 and api.max_limit".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The name this node uses in leases.
+    pub fn node_name(&self) -> String {
+        self.node_id.clone().unwrap_or_else(|| {
+            let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "node".into());
+            format!(
+                "{host}-{}-{}",
+                std::process::id(),
+                &uuid::Uuid::new_v4().simple().to_string()[..6]
+            )
+        })
+    }
+}

@@ -1,0 +1,13 @@
+//! icefeed: change feeds of Apache Iceberg tables over HTTP.
+
+pub mod api;
+pub mod app;
+pub mod catalog;
+pub mod changelog;
+pub mod changes;
+pub mod config;
+pub mod delivery;
+pub mod demo;
+pub mod store;
+pub mod telemetry;
+pub mod workers;

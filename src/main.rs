@@ -1,0 +1,94 @@
+//! The `icefeed` binary: subcommands only.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+use icefeed::config::Settings;
+
+#[derive(Parser)]
+#[command(
+    name = "icefeed",
+    version,
+    about = "Change feeds of Apache Iceberg tables over HTTP"
+)]
+struct Cli {
+    /// TOML settings file (values in ICEFEED_* environment variables win).
+    #[arg(long, global = true, env = "ICEFEED_CONFIG")]
+    config: Option<PathBuf>,
+    /// Log JSON lines instead of text.
+    #[arg(long, global = true, env = "ICEFEED_LOG_JSON")]
+    log_json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a node: the HTTP API and the scheduler.
+    Serve,
+    /// Apply database migrations and exit.
+    Migrate,
+    /// Print the OpenAPI document.
+    Openapi,
+    /// A local demo table written with the iceberg crate.
+    #[command(subcommand)]
+    Demo(DemoCommand),
+}
+
+#[derive(Subcommand)]
+enum DemoCommand {
+    /// Create the demo table (if missing) and print the body that registers it.
+    Init {
+        /// Directory holding the demo catalog and warehouse.
+        #[arg(long, default_value = ".icefeed/demo")]
+        dir: PathBuf,
+    },
+    /// Append rows to the demo table and print the new snapshot id.
+    Append {
+        /// Directory holding the demo catalog and warehouse.
+        #[arg(long, default_value = ".icefeed/demo")]
+        dir: PathBuf,
+        /// Rows to append.
+        #[arg(long, default_value_t = 10)]
+        rows: usize,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    icefeed::telemetry::init_logging(cli.log_json);
+    match cli.command {
+        Command::Openapi => print!("{}", icefeed::api::openapi_json()),
+        Command::Migrate => {
+            let settings = Settings::load(cli.config.as_deref())?;
+            let store = icefeed::store::Store::connect(&settings.database_url)
+                .await
+                .context("connecting to PostgreSQL")?;
+            store.migrate().await?;
+            tracing::info!("migrations applied");
+        }
+        Command::Serve => {
+            let settings = Settings::load(cli.config.as_deref())?;
+            let stop = CancellationToken::new();
+            icefeed::app::stop_on_signals(stop.clone());
+            let node = icefeed::app::start(settings, stop).await?;
+            node.wait().await?;
+        }
+        Command::Demo(DemoCommand::Init { dir }) => {
+            let demo = icefeed::demo::init(&dir).await?;
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&demo.registration_json())?
+            );
+        }
+        Command::Demo(DemoCommand::Append { dir, rows }) => {
+            let snapshot = icefeed::demo::append(&dir, rows).await?;
+            println!("{snapshot}");
+        }
+    }
+    Ok(())
+}

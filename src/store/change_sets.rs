@@ -1,0 +1,251 @@
+//! The change-set index: which Parquet segments hold which events of which snapshot,
+//! and the publish transaction that records them and advances the checkpoint at once.
+
+use chrono::{DateTime, Utc};
+
+use super::leases::{Lease, fence};
+use super::{Store, StoreError, TableId};
+
+/// Channel on which every publish is announced (payload: the table id).
+pub const CHANGES_CHANNEL: &str = "icefeed_changes";
+
+/// A change set ready to publish.
+#[derive(Clone, Debug)]
+pub struct NewChangeSet {
+    pub snapshot_id: i64,
+    pub sequence_number: i64,
+    pub operation: String,
+    /// `export` or `snapshot`.
+    pub kind: &'static str,
+    pub committed_at: DateTime<Utc>,
+    pub schema_id: i32,
+    /// The Iceberg schema (JSON) the rows were read with.
+    pub schema: serde_json::Value,
+    pub segments: Vec<NewSegment>,
+}
+
+/// One Parquet file of a change set, in event order.
+#[derive(Clone, Debug)]
+pub struct NewSegment {
+    pub event_count: i64,
+    pub layout: &'static str,
+    pub path: String,
+    pub size_bytes: i64,
+}
+
+/// A published change set.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct ChangeSetRecord {
+    pub ordinal: i64,
+    pub snapshot_id: i64,
+    pub sequence_number: i64,
+    pub operation: String,
+    pub kind: String,
+    pub committed_at: DateTime<Utc>,
+    pub schema_id: i32,
+    pub event_count: i64,
+}
+
+/// A published segment with the metadata of its change set.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct SegmentRecord {
+    pub ordinal: i64,
+    pub segment_no: i32,
+    pub first_event: i64,
+    pub event_count: i64,
+    pub layout: String,
+    pub path: String,
+    pub size_bytes: i64,
+    pub snapshot_id: i64,
+    pub sequence_number: i64,
+    pub committed_at: DateTime<Utc>,
+    pub schema_id: i32,
+}
+
+impl Store {
+    /// Publishes a change set and advances the checkpoint in one transaction fenced by the
+    /// table lease; returns the change set's ordinal. Wakes every node's streams.
+    pub async fn publish_change_set(
+        &self,
+        table: TableId,
+        lease: &Lease,
+        cs: &NewChangeSet,
+    ) -> Result<i64, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        fence(&mut tx, lease).await?;
+        let last: i64 =
+            sqlx::query_scalar("SELECT last_ordinal FROM source_tables WHERE id = $1 FOR UPDATE")
+                .bind(table)
+                .fetch_optional(&mut *tx)
+                .await?
+                .ok_or(StoreError::NotFound)?;
+        let ordinal = last + 1;
+        let event_count: i64 = cs.segments.iter().map(|s| s.event_count).sum();
+
+        sqlx::query(
+            "INSERT INTO table_schemas (table_id, schema_id, schema) VALUES ($1, $2, $3) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(table)
+        .bind(cs.schema_id)
+        .bind(&cs.schema)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO change_sets (table_id, ordinal, snapshot_id, sequence_number, operation, \
+               kind, committed_at, schema_id, event_count, published_by) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        )
+        .bind(table)
+        .bind(ordinal)
+        .bind(cs.snapshot_id)
+        .bind(cs.sequence_number)
+        .bind(&cs.operation)
+        .bind(cs.kind)
+        .bind(cs.committed_at)
+        .bind(cs.schema_id)
+        .bind(event_count)
+        .bind(&lease.owner)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| StoreError::from_unique(e, "snapshot already published"))?;
+
+        let mut first = Vec::with_capacity(cs.segments.len());
+        let mut next = 0i64;
+        for s in &cs.segments {
+            first.push(next);
+            next += s.event_count;
+        }
+        sqlx::query(
+            "INSERT INTO segments (table_id, ordinal, segment_no, first_event, event_count, \
+               layout, path, size_bytes) \
+             SELECT $1, $2, n::int - 1, f, c, l, p, b \
+               FROM unnest($3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::bigint[]) \
+                    WITH ORDINALITY AS u(f, c, l, p, b, n)",
+        )
+        .bind(table)
+        .bind(ordinal)
+        .bind(&first)
+        .bind(
+            cs.segments
+                .iter()
+                .map(|s| s.event_count)
+                .collect::<Vec<_>>(),
+        )
+        .bind(cs.segments.iter().map(|s| s.layout).collect::<Vec<_>>())
+        .bind(
+            cs.segments
+                .iter()
+                .map(|s| s.path.clone())
+                .collect::<Vec<_>>(),
+        )
+        .bind(cs.segments.iter().map(|s| s.size_bytes).collect::<Vec<_>>())
+        .execute(&mut *tx)
+        .await?;
+
+        sqlx::query(
+            "UPDATE source_tables SET last_ordinal = $2, mode = 'follow', \
+               checkpoint_snapshot_id = $3, checkpoint_sequence_number = $4, \
+               checkpoint_committed_at = $5, updated_at = now() \
+             WHERE id = $1",
+        )
+        .bind(table)
+        .bind(ordinal)
+        .bind(cs.snapshot_id)
+        .bind(cs.sequence_number)
+        .bind(cs.committed_at)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(CHANGES_CHANNEL)
+            .bind(table.to_string())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(ordinal)
+    }
+
+    /// Segments holding events after position (`ordinal`, `consumed`), in feed order.
+    pub async fn segments_after(
+        &self,
+        table: TableId,
+        ordinal: i64,
+        consumed: i64,
+        max: i64,
+    ) -> Result<Vec<SegmentRecord>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT s.ordinal, s.segment_no, s.first_event, s.event_count, s.layout, s.path, \
+                    s.size_bytes, c.snapshot_id, c.sequence_number, c.committed_at, c.schema_id \
+               FROM segments s JOIN change_sets c USING (table_id, ordinal) \
+              WHERE s.table_id = $1 \
+                AND (s.ordinal > $2 OR (s.ordinal = $2 AND s.first_event + s.event_count > $3)) \
+              ORDER BY s.ordinal, s.segment_no \
+              LIMIT $4",
+        )
+        .bind(table)
+        .bind(ordinal)
+        .bind(consumed)
+        .bind(max)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// The change set with `ordinal`, if published.
+    pub async fn change_set(
+        &self,
+        table: TableId,
+        ordinal: i64,
+    ) -> Result<Option<ChangeSetRecord>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT ordinal, snapshot_id, sequence_number, operation, kind, committed_at, \
+                    schema_id, event_count \
+               FROM change_sets WHERE table_id = $1 AND ordinal = $2",
+        )
+        .bind(table)
+        .bind(ordinal)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    /// Published change sets of a table, newest first.
+    pub async fn list_change_sets(
+        &self,
+        table: TableId,
+        limit: i64,
+    ) -> Result<Vec<ChangeSetRecord>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT ordinal, snapshot_id, sequence_number, operation, kind, committed_at, \
+                    schema_id, event_count \
+               FROM change_sets WHERE table_id = $1 ORDER BY ordinal DESC LIMIT $2",
+        )
+        .bind(table)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// The Iceberg schema (JSON) a table's change sets were read with.
+    pub async fn table_schema(
+        &self,
+        table: TableId,
+        schema_id: i32,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT schema FROM table_schemas WHERE table_id = $1 AND schema_id = $2",
+        )
+        .bind(table)
+        .bind(schema_id)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    /// Every schema id of a table's change sets.
+    pub async fn table_schema_ids(&self, table: TableId) -> Result<Vec<i32>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT schema_id FROM table_schemas WHERE table_id = $1 ORDER BY schema_id",
+        )
+        .bind(table)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+}

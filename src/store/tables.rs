@@ -1,0 +1,315 @@
+//! The registry of source tables.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::leases::{Lease, fence};
+use super::{Store, StoreError};
+
+/// Id of a registered source table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, sqlx::Type)]
+#[sqlx(transparent)]
+#[serde(transparent)]
+pub struct TableId(pub Uuid);
+
+impl std::fmt::Display for TableId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl TableId {
+    /// A fresh, time-ordered id.
+    pub fn new() -> Self {
+        Self(Uuid::now_v7())
+    }
+
+    /// The name of this table's scheduler lease.
+    pub fn lease_name(&self) -> String {
+        format!("table:{}", self.0)
+    }
+}
+
+impl Default for TableId {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Whether the scheduler works on a table.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, sqlx::Type, utoipa::ToSchema,
+)]
+#[sqlx(type_name = "TEXT", rename_all = "lowercase")]
+#[serde(rename_all = "lowercase")]
+pub enum TableState {
+    /// Polled and published.
+    Active,
+    /// Paused by an operator.
+    Paused,
+    /// Stopped on an error that needs attention (see `last_error`).
+    Error,
+}
+
+/// A registered source table as stored.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct SourceTable {
+    pub id: TableId,
+    pub table_name: String,
+    pub namespace: Vec<String>,
+    pub name: String,
+    /// Catalog connection including secrets.
+    pub catalog: serde_json::Value,
+    pub branch: String,
+    pub identifier_columns: Vec<String>,
+    pub start_position: serde_json::Value,
+    pub poll_interval_ms: i64,
+    pub state: TableState,
+    pub mode: String,
+    pub checkpoint_snapshot_id: Option<i64>,
+    pub checkpoint_sequence_number: Option<i64>,
+    pub checkpoint_committed_at: Option<DateTime<Utc>>,
+    pub last_error: Option<String>,
+    pub error_snapshot_id: Option<i64>,
+    pub head_snapshot_id: Option<i64>,
+    pub snapshots_behind: i64,
+    pub oldest_pending_committed_at: Option<DateTime<Utc>>,
+    pub last_polled_at: Option<DateTime<Utc>>,
+    pub last_ordinal: i64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl SourceTable {
+    /// True while the table's current state has not been exported yet.
+    pub fn export_pending(&self) -> bool {
+        self.mode == "export"
+    }
+}
+
+/// What registration stores for a new table.
+#[derive(Clone, Debug)]
+pub struct NewSourceTable {
+    pub id: TableId,
+    pub namespace: Vec<String>,
+    pub name: String,
+    pub catalog: serde_json::Value,
+    pub catalog_key: String,
+    pub branch: String,
+    pub identifier_columns: Vec<String>,
+    pub start_position: serde_json::Value,
+    pub poll_interval_ms: i64,
+    /// Export the current state first, or follow from `checkpoint_snapshot_id`.
+    pub export: bool,
+    pub checkpoint_snapshot_id: Option<i64>,
+    pub checkpoint_sequence_number: Option<i64>,
+    pub checkpoint_committed_at: Option<DateTime<Utc>>,
+}
+
+/// What one poll saw of the table, for lag reporting.
+#[derive(Clone, Debug, Default)]
+pub struct PollOutcome {
+    pub head_snapshot_id: Option<i64>,
+    pub snapshots_behind: i64,
+    pub oldest_pending_committed_at: Option<DateTime<Utc>>,
+}
+
+const COLUMNS: &str = "id, table_name, namespace, name, catalog, branch, identifier_columns, \
+    start_position, poll_interval_ms, state, mode, checkpoint_snapshot_id, \
+    checkpoint_sequence_number, checkpoint_committed_at, last_error, error_snapshot_id, \
+    head_snapshot_id, snapshots_behind, oldest_pending_committed_at, last_polled_at, \
+    last_ordinal, created_at, updated_at";
+
+impl Store {
+    /// Registers a table; `Conflict` when the same catalog table and branch exist already.
+    pub async fn insert_table(&self, t: &NewSourceTable) -> Result<SourceTable, StoreError> {
+        let sql = format!(
+            "INSERT INTO source_tables (id, table_name, namespace, name, catalog, catalog_key, \
+             branch, identifier_columns, start_position, poll_interval_ms, state, mode, \
+             checkpoint_snapshot_id, checkpoint_sequence_number, checkpoint_committed_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'active', $11, $12, $13, $14) \
+             RETURNING {COLUMNS}"
+        );
+        sqlx::query_as(&sql)
+            .bind(t.id)
+            .bind(display_name(&t.namespace, &t.name))
+            .bind(&t.namespace)
+            .bind(&t.name)
+            .bind(&t.catalog)
+            .bind(&t.catalog_key)
+            .bind(&t.branch)
+            .bind(&t.identifier_columns)
+            .bind(&t.start_position)
+            .bind(t.poll_interval_ms)
+            .bind(if t.export { "export" } else { "follow" })
+            .bind(t.checkpoint_snapshot_id)
+            .bind(t.checkpoint_sequence_number)
+            .bind(t.checkpoint_committed_at)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|e| StoreError::from_unique(e, "this table is already registered"))
+    }
+
+    /// All registered tables, oldest first.
+    pub async fn list_tables(&self) -> Result<Vec<SourceTable>, StoreError> {
+        let sql = format!("SELECT {COLUMNS} FROM source_tables ORDER BY created_at, id");
+        Ok(sqlx::query_as(&sql).fetch_all(&self.pool).await?)
+    }
+
+    /// One table by id.
+    pub async fn get_table(&self, id: TableId) -> Result<SourceTable, StoreError> {
+        let sql = format!("SELECT {COLUMNS} FROM source_tables WHERE id = $1");
+        sqlx::query_as(&sql)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)
+    }
+
+    /// Pauses or resumes a table and/or changes its poll interval. Resuming a table in
+    /// the error state clears the error, so the scheduler retries it.
+    pub async fn update_table(
+        &self,
+        id: TableId,
+        paused: Option<bool>,
+        poll_interval_ms: Option<i64>,
+    ) -> Result<SourceTable, StoreError> {
+        let sql = format!(
+            "UPDATE source_tables SET \
+               state = CASE WHEN $2 IS NULL THEN state WHEN $2 THEN 'paused' ELSE 'active' END, \
+               last_error = CASE WHEN $2 = false THEN NULL ELSE last_error END, \
+               error_snapshot_id = CASE WHEN $2 = false THEN NULL ELSE error_snapshot_id END, \
+               next_poll_at = CASE WHEN $2 = false THEN now() ELSE next_poll_at END, \
+               poll_interval_ms = COALESCE($3, poll_interval_ms), \
+               updated_at = now() \
+             WHERE id = $1 RETURNING {COLUMNS}"
+        );
+        sqlx::query_as(&sql)
+            .bind(id)
+            .bind(paused)
+            .bind(poll_interval_ms)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)
+    }
+
+    /// Removes a table with its change-set index; returns false when it did not exist.
+    pub async fn delete_table(&self, id: TableId) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let done = sqlx::query("DELETE FROM source_tables WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM leases WHERE name = $1")
+            .bind(id.lease_name())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Active tables whose next poll is due, most overdue first.
+    pub async fn due_tables(&self, limit: i64) -> Result<Vec<SourceTable>, StoreError> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM source_tables \
+             WHERE state = 'active' AND next_poll_at <= now() \
+             ORDER BY next_poll_at LIMIT $1"
+        );
+        Ok(sqlx::query_as(&sql)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
+    /// Records what a poll saw and schedules the next one; fenced by the table lease.
+    pub async fn record_poll(
+        &self,
+        id: TableId,
+        lease: &Lease,
+        outcome: &PollOutcome,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        fence(&mut tx, lease).await?;
+        sqlx::query(
+            "UPDATE source_tables SET head_snapshot_id = $2, snapshots_behind = $3, \
+               oldest_pending_committed_at = $4, last_polled_at = now(), last_error = NULL, \
+               next_poll_at = now() + make_interval(secs => poll_interval_ms / 1000.0) \
+             WHERE id = $1",
+        )
+        .bind(id)
+        .bind(outcome.head_snapshot_id)
+        .bind(outcome.snapshots_behind)
+        .bind(outcome.oldest_pending_committed_at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Switches an export that found an empty table to following it from its first commit.
+    pub async fn begin_following(&self, id: TableId, lease: &Lease) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        fence(&mut tx, lease).await?;
+        sqlx::query("UPDATE source_tables SET mode = 'follow', updated_at = now() WHERE id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Parks a table in the error state with a message; fenced by the table lease.
+    pub async fn set_table_error(
+        &self,
+        id: TableId,
+        lease: &Lease,
+        message: &str,
+        snapshot_id: Option<i64>,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        fence(&mut tx, lease).await?;
+        sqlx::query(
+            "UPDATE source_tables SET state = 'error', last_error = $2, error_snapshot_id = $3, \
+               last_polled_at = now(), updated_at = now() \
+             WHERE id = $1 AND state = 'active'",
+        )
+        .bind(id)
+        .bind(message)
+        .bind(snapshot_id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Records a transient failure (the table stays active) and postpones the next poll.
+    pub async fn postpone_poll(
+        &self,
+        id: TableId,
+        delay_ms: i64,
+        message: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE source_tables SET last_error = $3, last_polled_at = now(), \
+               next_poll_at = now() + make_interval(secs => $2 / 1000.0) \
+             WHERE id = $1 AND state = 'active'",
+        )
+        .bind(id)
+        .bind(delay_ms as f64)
+        .bind(message)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+}
+
+/// "namespace.name", the table's name in events.
+pub fn display_name(namespace: &[String], name: &str) -> String {
+    let mut s = namespace.join(".");
+    if !s.is_empty() {
+        s.push('.');
+    }
+    s.push_str(name);
+    s
+}

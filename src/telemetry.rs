@@ -1,0 +1,58 @@
+//! Logs and metrics.
+
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tracing_subscriber::EnvFilter;
+
+/// Sets up logging from `RUST_LOG` (default `info`); `json` selects JSON lines.
+pub fn init_logging(json: bool) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false);
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
+}
+
+/// The process-wide Prometheus recorder (installed on first use).
+pub fn metrics() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new().build_recorder();
+            let handle = recorder.handle();
+            // Another recorder may exist when icefeed is embedded; then ours stays empty.
+            let _ = metrics::set_global_recorder(recorder);
+            describe();
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    use metrics::{describe_counter, describe_gauge};
+    describe_counter!(
+        "icefeed_scheduler_rows_published_total",
+        "Change events published"
+    );
+    describe_counter!(
+        "icefeed_scheduler_change_sets_published_total",
+        "Change sets published"
+    );
+    describe_counter!(
+        "icefeed_scheduler_poll_errors_total",
+        "Failed polls, by table"
+    );
+    describe_gauge!(
+        "icefeed_table_snapshots_behind",
+        "Snapshots committed but not yet published"
+    );
+    describe_gauge!(
+        "icefeed_table_seconds_behind",
+        "Age of the oldest unpublished snapshot"
+    );
+}

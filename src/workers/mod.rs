@@ -1,0 +1,9 @@
+//! Background work: the scheduler that keeps every registered table's feed up to date.
+
+mod heartbeat;
+mod scheduler;
+mod sync;
+
+pub use heartbeat::Heartbeat;
+pub use scheduler::Scheduler;
+pub use sync::{SyncError, TableSync, committed_at};

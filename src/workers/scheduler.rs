@@ -1,0 +1,168 @@
+//! The scheduler: every node runs one; tables due for a poll are claimed through leases
+//! in PostgreSQL, so any number of nodes share the tables and never publish twice.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::heartbeat::Heartbeat;
+use super::sync::{SyncError, TableSync};
+use crate::changes::ChangeStore;
+use crate::config::SchedulerSettings;
+use crate::store::{SourceTable, Store};
+
+/// Longest wait before retrying a table after a transient failure.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// Polls due tables and publishes their change sets.
+#[derive(Clone)]
+pub struct Scheduler {
+    store: Store,
+    changes: ChangeStore,
+    settings: SchedulerSettings,
+    node: String,
+}
+
+impl Scheduler {
+    /// A scheduler for node `node`.
+    pub fn new(
+        store: Store,
+        changes: ChangeStore,
+        settings: SchedulerSettings,
+        node: String,
+    ) -> Self {
+        Self {
+            store,
+            changes,
+            settings,
+            node,
+        }
+    }
+
+    /// Runs until `stop` is cancelled; in-flight syncs see the same token and stop
+    /// between files, releasing their leases.
+    pub async fn run(self, stop: CancellationToken, wake: Arc<Notify>) {
+        tracing::info!(node = %self.node, "scheduler started");
+        loop {
+            if let Err(e) = self.run_once(&stop).await {
+                tracing::warn!(error = %e, "scheduler tick failed");
+            }
+            let jitter = rand::rng().random_range(0.8..1.2);
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(self.settings.tick.mul_f64(jitter)) => {}
+                _ = wake.notified() => {}
+            }
+        }
+        tracing::info!(node = %self.node, "scheduler stopped");
+    }
+
+    /// One pass: claims due tables (up to the concurrency limit) and syncs them.
+    /// Returns how many tables this node worked on.
+    pub async fn run_once(
+        &self,
+        stop: &CancellationToken,
+    ) -> Result<usize, crate::store::StoreError> {
+        let due = self
+            .store
+            .due_tables(self.settings.max_concurrent_tables as i64 * 4)
+            .await?;
+        let mut running = JoinSet::new();
+        let mut worked = 0;
+        for table in due {
+            while running.len() >= self.settings.max_concurrent_tables {
+                running.join_next().await;
+            }
+            let Some(lease) = self
+                .store
+                .try_acquire_lease(&table.id.lease_name(), &self.node, self.settings.lease_ttl)
+                .await?
+            else {
+                continue;
+            };
+            // The table may have been published by the previous holder since we listed it.
+            let table = match self.store.get_table(table.id).await {
+                Ok(t) if t.state == crate::store::TableState::Active => t,
+                _ => {
+                    let _ = self.store.release_lease(&lease).await;
+                    continue;
+                }
+            };
+            worked += 1;
+            let this = self.clone();
+            let stop = stop.child_token();
+            running.spawn(async move { this.sync(table, lease, stop).await });
+        }
+        while running.join_next().await.is_some() {}
+        Ok(worked)
+    }
+
+    async fn sync(&self, table: SourceTable, lease: crate::store::Lease, stop: CancellationToken) {
+        let _heartbeat = Heartbeat::start(
+            self.store.clone(),
+            lease.clone(),
+            self.settings.lease_ttl,
+            stop.clone(),
+        );
+        let sync = TableSync {
+            store: &self.store,
+            changes: &self.changes,
+            lease: &lease,
+            stop: &stop,
+            file_concurrency: self.settings.file_concurrency,
+        };
+        let span = tracing::info_span!("sync", table = %table.table_name, id = %table.id);
+        let result = sync.run(&table).instrument(span).await;
+        let name = table.table_name.clone();
+        match result {
+            Ok(outcome) => {
+                let behind = outcome
+                    .oldest_pending_committed_at
+                    .map(|t| (chrono::Utc::now() - t).num_milliseconds() as f64 / 1000.0)
+                    .unwrap_or(0.0);
+                metrics::gauge!("icefeed_table_snapshots_behind", "table" => name.clone())
+                    .set(outcome.snapshots_behind as f64);
+                metrics::gauge!("icefeed_table_seconds_behind", "table" => name).set(behind);
+                if let Err(e) = self.store.record_poll(table.id, &lease, &outcome).await {
+                    tracing::debug!(error = %e, "could not record poll");
+                }
+            }
+            Err(SyncError::Abandoned) => {
+                tracing::info!(table = %name, "sync abandoned");
+            }
+            Err(SyncError::Transient(message)) => {
+                metrics::counter!("icefeed_scheduler_poll_errors_total", "table" => name.clone())
+                    .increment(1);
+                tracing::warn!(table = %name, error = %message, "poll failed; will retry");
+                let backoff = self.backoff(&table);
+                let _ = self
+                    .store
+                    .postpone_poll(table.id, backoff.as_millis() as i64, &message)
+                    .await;
+            }
+            Err(SyncError::Table { message, snapshot }) => {
+                metrics::counter!("icefeed_scheduler_poll_errors_total", "table" => name.clone())
+                    .increment(1);
+                tracing::error!(table = %name, error = %message, "table stopped");
+                let _ = self
+                    .store
+                    .set_table_error(table.id, &lease, &message, snapshot)
+                    .await;
+            }
+        }
+        let _ = self.store.release_lease(&lease).await;
+    }
+
+    /// Waits longer while a table keeps failing, up to a minute.
+    fn backoff(&self, table: &SourceTable) -> Duration {
+        let base = Duration::from_millis(table.poll_interval_ms.max(100) as u64);
+        let failing = table.last_error.is_some();
+        let wait = if failing { base * 4 } else { base };
+        wait.min(MAX_BACKOFF)
+    }
+}

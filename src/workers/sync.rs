@@ -1,0 +1,218 @@
+//! Bringing one table's feed up to date under its lease: export or follow, one change
+//! set per snapshot, each published in its own fenced transaction.
+
+use chrono::{DateTime, TimeZone, Utc};
+use futures::{StreamExt, TryStreamExt};
+use iceberg::spec::SnapshotRef;
+use iceberg::table::Table;
+use tokio_util::sync::CancellationToken;
+
+use crate::catalog::{CatalogConfig, CatalogError, parse_ident};
+use crate::changelog::{self, LineageError, PlanError, SnapshotPlan};
+use crate::changes::{ChangeStore, ChangeStoreError};
+use crate::store::{Lease, NewChangeSet, NewSegment, PollOutcome, SourceTable, Store, StoreError};
+
+/// Why a sync stopped early.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    /// Worth retrying later: the catalog, storage or database had a hiccup.
+    #[error("{0}")]
+    Transient(String),
+    /// Needs an operator: the table goes to the error state with this message.
+    #[error("{message}")]
+    Table {
+        /// What is wrong, naming the snapshot.
+        message: String,
+        /// The snapshot that could not be published.
+        snapshot: Option<i64>,
+    },
+    /// The lease was lost or the node is shutting down: drop the work silently.
+    #[error("abandoned")]
+    Abandoned,
+}
+
+impl From<StoreError> for SyncError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::LeaseLost(_) => SyncError::Abandoned,
+            other => SyncError::Transient(other.to_string()),
+        }
+    }
+}
+
+impl From<CatalogError> for SyncError {
+    fn from(e: CatalogError) -> Self {
+        SyncError::Transient(e.to_string())
+    }
+}
+
+impl From<PlanError> for SyncError {
+    fn from(e: PlanError) -> Self {
+        SyncError::Transient(e.to_string())
+    }
+}
+
+/// Everything one sync needs.
+pub struct TableSync<'a> {
+    pub store: &'a Store,
+    pub changes: &'a ChangeStore,
+    pub lease: &'a Lease,
+    pub stop: &'a CancellationToken,
+    pub file_concurrency: usize,
+}
+
+impl TableSync<'_> {
+    /// Publishes what is pending for `table` and returns what the poll saw.
+    pub async fn run(&self, table: &SourceTable) -> Result<PollOutcome, SyncError> {
+        let catalog = CatalogConfig::from_json(&table.catalog)?;
+        let ident = parse_ident(&table.table_name)?;
+        let iceberg = catalog.load_table(&ident).await?;
+        let metadata = iceberg.metadata_ref();
+
+        let mut checkpoint = table.checkpoint_snapshot_id;
+        if table.export_pending() {
+            match metadata.snapshot_for_ref(&table.branch) {
+                Some(head) => {
+                    let plan = changelog::plan_export(&iceberg, head).await?;
+                    self.publish(table, &iceberg, head, plan, "export").await?;
+                    checkpoint = Some(head.snapshot_id());
+                }
+                // An empty table has nothing to export: follow it from its first commit.
+                None => self.store.begin_following(table.id, self.lease).await?,
+            }
+        }
+
+        let pending = changelog::pending_snapshots(&metadata, &table.branch, checkpoint)
+            .map_err(|e| lineage_error(e, checkpoint))?;
+        for (i, snapshot) in pending.snapshots.iter().enumerate() {
+            if self.stop.is_cancelled() {
+                return Err(SyncError::Abandoned);
+            }
+            let plan = changelog::plan_snapshot(&iceberg, snapshot).await?;
+            if let Err(e) = self
+                .publish(table, &iceberg, snapshot, plan, "snapshot")
+                .await
+            {
+                if let SyncError::Transient(_) = e {
+                    // Keep the lag figures right even when a publish has to wait.
+                    let outcome = outcome(&pending.head, &pending.snapshots[i..]);
+                    let _ = self.store.record_poll(table.id, self.lease, &outcome).await;
+                }
+                return Err(e);
+            }
+        }
+        Ok(outcome(&pending.head, &[]))
+    }
+
+    async fn publish(
+        &self,
+        table: &SourceTable,
+        iceberg: &Table,
+        snapshot: &SnapshotRef,
+        plan: SnapshotPlan,
+        kind: &'static str,
+    ) -> Result<(), SyncError> {
+        let snapshot_id = snapshot.snapshot_id();
+        let files = match plan {
+            SnapshotPlan::Inserts(files) => files,
+            SnapshotPlan::Unsupported(reason) => {
+                return Err(SyncError::Table {
+                    message: format!("cannot publish snapshot {snapshot_id}: {reason}"),
+                    snapshot: Some(snapshot_id),
+                });
+            }
+        };
+        // Each copy owns what it needs, so copies run concurrently yet land in order.
+        let copies = files
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| f.record_count > 0)
+            .map(|(n, file)| {
+                let key = ChangeStore::segment_key(table.id, snapshot_id, n);
+                let (changes, file_io, stop) = (
+                    self.changes.clone(),
+                    iceberg.file_io().clone(),
+                    self.stop.clone(),
+                );
+                let (path, rows) = (file.path.clone(), file.record_count);
+                async move {
+                    if stop.is_cancelled() {
+                        return Err(SyncError::Abandoned);
+                    }
+                    let stored = changes
+                        .copy_data_file(&file_io, &path, rows, &key)
+                        .await
+                        .map_err(|e| copy_error(e, snapshot_id))?;
+                    Ok(NewSegment {
+                        event_count: stored.rows,
+                        layout: "inserts",
+                        path: stored.path,
+                        size_bytes: stored.size,
+                    })
+                }
+            })
+            .collect::<Vec<_>>();
+        let segments: Vec<NewSegment> = futures::stream::iter(copies)
+            .buffered(self.file_concurrency)
+            .try_collect()
+            .await?;
+
+        let metadata = iceberg.metadata();
+        let schema = snapshot
+            .schema_id()
+            .and_then(|id| metadata.schema_by_id(id))
+            .unwrap_or_else(|| metadata.current_schema());
+        let change_set = NewChangeSet {
+            snapshot_id,
+            sequence_number: snapshot.sequence_number(),
+            operation: snapshot.summary().operation.as_str().to_string(),
+            kind,
+            committed_at: committed_at(snapshot),
+            schema_id: schema.schema_id(),
+            schema: serde_json::to_value(schema.as_ref())
+                .map_err(|e| SyncError::Transient(e.to_string()))?,
+            segments,
+        };
+        let ordinal = self
+            .store
+            .publish_change_set(table.id, self.lease, &change_set)
+            .await?;
+        let rows: i64 = change_set.segments.iter().map(|s| s.event_count).sum();
+        metrics::counter!("icefeed_scheduler_rows_published_total").increment(rows as u64);
+        metrics::counter!("icefeed_scheduler_change_sets_published_total").increment(1);
+        tracing::info!(table = %table.table_name, snapshot_id, ordinal, rows, kind, "published change set");
+        Ok(())
+    }
+}
+
+fn outcome(head: &Option<SnapshotRef>, pending: &[SnapshotRef]) -> PollOutcome {
+    PollOutcome {
+        head_snapshot_id: head.as_ref().map(|h| h.snapshot_id()),
+        snapshots_behind: pending.len() as i64,
+        oldest_pending_committed_at: pending.first().map(committed_at),
+    }
+}
+
+/// When a snapshot was committed.
+pub fn committed_at(snapshot: &SnapshotRef) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(snapshot.timestamp_ms())
+        .single()
+        .unwrap_or_default()
+}
+
+fn lineage_error(e: LineageError, checkpoint: Option<i64>) -> SyncError {
+    SyncError::Table {
+        message: e.to_string(),
+        snapshot: checkpoint,
+    }
+}
+
+fn copy_error(e: ChangeStoreError, snapshot: i64) -> SyncError {
+    match e {
+        ChangeStoreError::Corrupt(reason) => SyncError::Table {
+            message: format!("cannot publish snapshot {snapshot}: {reason}"),
+            snapshot: Some(snapshot),
+        },
+        other => SyncError::Transient(format!("snapshot {snapshot}: {other}")),
+    }
+}
