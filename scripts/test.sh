@@ -3,7 +3,7 @@
 #
 # Makes sure the services the tests need are there (a local PostgreSQL via
 # scripts/postgres.sh, the pyiceberg virtualenv via scripts/python-env.sh),
-# then runs `cargo test --locked --all-targets "$@"`.
+# then runs `cargo test --locked "$@"`.
 #
 # Environment:
 #   ICEFEED_TEST_DATABASE_URL  set it to test against another server (skips postgres.sh)
@@ -32,4 +32,4 @@ echo "test.sh: database $ICEFEED_TEST_DATABASE_URL" >&2
 echo "test.sh: python   $ICEFEED_TEST_PYTHON" >&2
 echo "test.sh: target   $CARGO_TARGET_DIR" >&2
 
-exec cargo test --locked --all-targets "$@"
+exec cargo test --locked "$@"

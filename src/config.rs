@@ -108,6 +108,26 @@ pub enum ConfigError {
     Invalid(String),
 }
 
+/// Top-level settings; other `ICEFEED_*` variables (used by scripts and tests) are ignored.
+const SETTINGS: &[&str] = &[
+    "database_url",
+    "listen",
+    "change_store",
+    "change_store_options",
+    "node_id",
+    "scheduler",
+    "api",
+];
+
+fn is_setting(key: &str) -> bool {
+    let top = key
+        .split("__")
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    SETTINGS.contains(&top.as_str())
+}
+
 impl Settings {
     /// Loads defaults, then `file` (if any), then `ICEFEED_*` variables, and validates.
     pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
@@ -116,7 +136,11 @@ impl Settings {
             figment = figment.merge(Toml::file_exact(file));
         }
         let settings: Settings = figment
-            .merge(Env::prefixed("ICEFEED_").split("__").ignore(&["config"]))
+            .merge(
+                Env::prefixed("ICEFEED_")
+                    .filter(|key| is_setting(key.as_str()))
+                    .split("__"),
+            )
             .extract()
             .map_err(Box::new)?;
         settings.validate()?;

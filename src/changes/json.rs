@@ -570,11 +570,7 @@ impl Bound<'_> {
                     write_decimal_digits(text.starts_with('-'), digits, *s, out);
                 }
             },
-            Col::Date(v) => {
-                out.push(b'"');
-                write_date(v[row] as i64, out);
-                out.push(b'"');
-            }
+            Col::Date(v) => write_date(v[row] as i64, out),
             Col::Time(v, per_sec) => write_time(v[row], *per_sec, out),
             Col::Ts {
                 values,

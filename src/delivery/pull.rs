@@ -58,12 +58,15 @@ struct SchemaEntry {
     read: ReadSchema,
 }
 
+/// Parsed schemas by (table, schema id); schemas of published change sets never change.
+type SchemaCache = Arc<Mutex<HashMap<(TableId, i32), Arc<SchemaEntry>>>>;
+
 /// Reads pages of any table's feed; cheap to clone.
 #[derive(Clone)]
 pub struct Feed {
     store: Store,
     reader: SegmentReader,
-    schemas: Arc<Mutex<HashMap<(TableId, i32), Arc<SchemaEntry>>>>,
+    schemas: SchemaCache,
 }
 
 impl Feed {

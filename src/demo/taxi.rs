@@ -4,9 +4,10 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, Float64Builder, Int32Builder, Int64Builder, RecordBatch, StringBuilder,
-    TimestampMicrosecondBuilder,
+    ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
+    TimestampMicrosecondArray,
 };
+use arrow::buffer::{Buffer, NullBuffer, OffsetBuffer};
 use arrow::datatypes::SchemaRef as ArrowSchemaRef;
 use iceberg::spec::{NestedField, PrimitiveType, Schema, Transform, Type, UnboundPartitionSpec};
 use rand::rngs::SmallRng;
@@ -114,73 +115,72 @@ impl TaxiGenerator {
 
     /// Generates the next `rows` rows.
     pub fn next_batch(&mut self, rows: usize) -> RecordBatch {
+        // Plain vectors turned into arrays at the end: no per-row allocation, and the hot
+        // loop does not depend on how well arrow's builders were optimised.
         let rng = &mut self.rng;
-        let mut trip_id = Int64Builder::with_capacity(rows);
-        let mut vendor = Int32Builder::with_capacity(rows);
-        let mut pickup = TimestampMicrosecondBuilder::with_capacity(rows);
-        let mut dropoff = TimestampMicrosecondBuilder::with_capacity(rows);
-        let mut passengers = Int64Builder::with_capacity(rows);
-        let mut distance = Float64Builder::with_capacity(rows);
-        let mut ratecode = Int64Builder::with_capacity(rows);
-        let mut flag = StringBuilder::with_capacity(rows, rows);
-        let mut pu = Int32Builder::with_capacity(rows);
-        let mut du = Int32Builder::with_capacity(rows);
-        let mut payment = Int64Builder::with_capacity(rows);
-        let mut money: [Float64Builder; 9] =
-            std::array::from_fn(|_| Float64Builder::with_capacity(rows));
+        let first_id = self.next_trip_id;
+        self.next_trip_id += rows as i64;
+        let mut metered = Vec::with_capacity(rows);
+        let mut vendor = Vec::with_capacity(rows);
+        let mut pickup = Vec::with_capacity(rows);
+        let mut dropoff = Vec::with_capacity(rows);
+        let mut passengers = Vec::with_capacity(rows);
+        let mut distance = Vec::with_capacity(rows);
+        let mut ratecode = Vec::with_capacity(rows);
+        let mut flag_offsets = Vec::with_capacity(rows + 1);
+        let mut flag_bytes = Vec::with_capacity(rows);
+        let mut pu = Vec::with_capacity(rows);
+        let mut du = Vec::with_capacity(rows);
+        let mut payment = Vec::with_capacity(rows);
+        let mut money: [Vec<f64>; 9] = std::array::from_fn(|_| Vec::with_capacity(rows));
+        flag_offsets.push(0i32);
 
         for _ in 0..rows {
-            trip_id.append_value(self.next_trip_id);
-            self.next_trip_id += 1;
-            let no_meter = rng.random_bool(NULL_RATE);
-            vendor.append_value(if rng.random_bool(0.73) { 2 } else { 1 });
+            let meter = !rng.random_bool(NULL_RATE);
+            metered.push(meter);
+            vendor.push(if rng.random_bool(0.73) { 2i32 } else { 1 });
 
             let start = START_MICROS + rng.random_range(0..self.span_micros);
             // Exponential distance with a 3.4 mile mean, like the real trip mix.
             let miles = cents(-(1.0 - rng.random::<f64>()).ln() * 3.4);
             let minutes = miles * 3.0 + rng.random_range(2.0..12.0);
-            pickup.append_value(start);
-            dropoff.append_value(start + (minutes * MINUTE_MICROS as f64) as i64);
-            distance.append_value(miles);
+            pickup.push(start);
+            dropoff.push(start + (minutes * MINUTE_MICROS as f64) as i64);
+            distance.push(miles);
 
             let airport = rng.random_bool(0.08);
-            if no_meter {
-                passengers.append_null();
-                ratecode.append_null();
-                flag.append_null();
+            let r: f64 = rng.random();
+            passengers.push(match r {
+                _ if !meter => 0,
+                _ if r < 0.72 => 1,
+                _ if r < 0.87 => 2,
+                _ if r < 0.92 => 3,
+                _ if r < 0.98 => rng.random_range(4..=6),
+                _ => 0,
+            });
+            ratecode.push(if airport && rng.random_bool(0.4) {
+                2i64
             } else {
-                let r: f64 = rng.random();
-                passengers.append_value(match r {
-                    _ if r < 0.72 => 1,
-                    _ if r < 0.87 => 2,
-                    _ if r < 0.92 => 3,
-                    _ if r < 0.98 => rng.random_range(4..=6),
-                    _ => 0,
-                });
-                ratecode.append_value(if airport && rng.random_bool(0.4) {
-                    2
-                } else {
-                    1
-                });
-                flag.append_value(if rng.random_bool(0.005) { "Y" } else { "N" });
+                1
+            });
+            if meter {
+                flag_bytes.push(if rng.random_bool(0.005) { b'Y' } else { b'N' });
             }
-            pu.append_value(if airport {
-                132
+            flag_offsets.push(flag_bytes.len() as i32);
+            pu.push(if airport {
+                132i32
             } else {
                 rng.random_range(1..=265)
             });
-            du.append_value(rng.random_range(1..=265));
+            du.push(rng.random_range(1..=265i32));
             let kind: f64 = rng.random();
-            let pay = if no_meter {
-                0
-            } else if kind < 0.78 {
-                1
-            } else if kind < 0.97 {
-                2
-            } else {
-                rng.random_range(3..=4)
+            let pay: i64 = match kind {
+                _ if !meter => 0,
+                _ if kind < 0.78 => 1,
+                _ if kind < 0.97 => 2,
+                _ => rng.random_range(3..=4),
             };
-            payment.append_value(pay);
+            payment.push(pay);
 
             let fare = cents(3.0 + 1.75 * miles + 0.7 * minutes);
             let extra = [0.0, 1.0, 2.5, 5.0][rng.random_range(0..4)];
@@ -204,30 +204,35 @@ impl TaxiGenerator {
                 congestion,
                 airport_fee,
             ];
-            for (i, (builder, value)) in money.iter_mut().zip(values).enumerate() {
-                // The last two surcharges are the ones null in un-metered rows.
-                if no_meter && i >= 7 {
-                    builder.append_null();
-                } else {
-                    builder.append_value(value);
-                }
+            for (column, value) in money.iter_mut().zip(values) {
+                column.push(value);
             }
         }
 
+        // Un-metered rows lack passenger count, rate code, flag and the last two surcharges.
+        let nulls = Some(NullBuffer::from(metered));
+        let flags = StringArray::new(
+            OffsetBuffer::new(flag_offsets.into()),
+            Buffer::from_vec(flag_bytes),
+            nulls.clone(),
+        );
         let mut columns: Vec<ArrayRef> = vec![
-            Arc::new(trip_id.finish()),
-            Arc::new(vendor.finish()),
-            Arc::new(pickup.finish()),
-            Arc::new(dropoff.finish()),
-            Arc::new(passengers.finish()),
-            Arc::new(distance.finish()),
-            Arc::new(ratecode.finish()),
-            Arc::new(flag.finish()),
-            Arc::new(pu.finish()),
-            Arc::new(du.finish()),
-            Arc::new(payment.finish()),
+            Arc::new(Int64Array::from_iter_values(first_id..self.next_trip_id)),
+            Arc::new(Int32Array::new(vendor.into(), None)),
+            Arc::new(TimestampMicrosecondArray::new(pickup.into(), None)),
+            Arc::new(TimestampMicrosecondArray::new(dropoff.into(), None)),
+            Arc::new(Int64Array::new(passengers.into(), nulls.clone())),
+            Arc::new(Float64Array::new(distance.into(), None)),
+            Arc::new(Int64Array::new(ratecode.into(), nulls.clone())),
+            Arc::new(flags),
+            Arc::new(Int32Array::new(pu.into(), None)),
+            Arc::new(Int32Array::new(du.into(), None)),
+            Arc::new(Int64Array::new(payment.into(), None)),
         ];
-        columns.extend(money.iter_mut().map(|b| Arc::new(b.finish()) as ArrayRef));
+        for (i, column) in money.into_iter().enumerate() {
+            let column_nulls = if i >= 7 { nulls.clone() } else { None };
+            columns.push(Arc::new(Float64Array::new(column.into(), column_nulls)));
+        }
         RecordBatch::try_new(self.schema.clone(), columns).expect("columns match the taxi schema")
     }
 }

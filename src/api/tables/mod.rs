@@ -86,7 +86,10 @@ fn table_display(t: &crate::store::NewSourceTable) -> String {
 /// List registered tables.
 #[utoipa::path(
     get, path = "/v1/tables", tag = TAG, operation_id = "listTables",
-    responses((status = 200, description = "All registered tables", body = TableList))
+    responses(
+        (status = 200, description = "All registered tables", body = TableList),
+        (status = 500, description = "The database failed; the answer carries an error id", body = Problem, content_type = "application/problem+json"),
+    )
 )]
 pub async fn list_tables(State(state): State<AppState>) -> Result<axum::Json<TableList>, ApiError> {
     let tables = state.store.list_tables().await?;

@@ -2,8 +2,6 @@
 //! dates and times, UUIDs, base64 and string escaping, written straight into
 //! a `Vec<u8>` without allocating.
 
-use std::io::Write as _;
-
 use super::LongMode;
 
 const DIGITS2: &[u8; 200] = b"0001020304050607080910111213141516171819\
@@ -48,52 +46,136 @@ pub(super) fn digits_u128(mut n: u128, buf: &mut [u8; 40]) -> usize {
     digits_u64(n as u64, &mut buf[..end])
 }
 
-#[inline]
-pub(super) fn write_u64(n: u64, out: &mut Vec<u8>) {
-    let mut buf = [0u8; 20];
-    let start = digits_u64(n, &mut buf);
-    out.extend_from_slice(&buf[start..]);
+/// A small stack buffer: values are assembled here and copied into the
+/// output with a single `extend_from_slice`.
+pub(super) struct Buf<const N: usize> {
+    bytes: [u8; N],
+    len: usize,
+}
+
+impl<const N: usize> Buf<N> {
+    #[inline]
+    pub(super) fn new() -> Self {
+        Self {
+            bytes: [0; N],
+            len: 0,
+        }
+    }
+
+    #[inline]
+    pub(super) fn push(&mut self, b: u8) {
+        self.bytes[self.len] = b;
+        self.len += 1;
+    }
+
+    #[inline]
+    pub(super) fn extend(&mut self, s: &[u8]) {
+        self.bytes[self.len..self.len + s.len()].copy_from_slice(s);
+        self.len += s.len();
+    }
+
+    #[inline]
+    fn push2(&mut self, n: u32) {
+        let r = n as usize * 2;
+        self.extend(&DIGITS2[r..r + 2]);
+    }
+
+    /// `n` zero-padded to exactly `width` digits (`n < 10^width`, `width <= 20`).
+    #[inline]
+    fn fixed(&mut self, n: u64, width: usize) {
+        let end = self.len + width;
+        self.bytes[self.len..end].fill(b'0');
+        digits_u64(n, &mut self.bytes[self.len..end]);
+        self.len = end;
+    }
+
+    #[inline]
+    fn zeros(&mut self, n: usize) {
+        self.bytes[self.len..self.len + n].fill(b'0');
+        self.len += n;
+    }
+
+    #[inline]
+    fn uint(&mut self, n: u64) {
+        let mut digits = [0u8; 20];
+        let start = digits_u64(n, &mut digits);
+        self.extend(&digits[start..]);
+    }
+
+    #[inline]
+    fn int(&mut self, n: i64) {
+        if n < 0 {
+            self.push(b'-');
+        }
+        self.uint(n.unsigned_abs());
+    }
+
+    #[inline]
+    pub(super) fn flush(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.bytes[..self.len]);
+    }
+}
+
+impl<const N: usize> std::fmt::Write for Buf<N> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        if self.len + s.len() > N {
+            return Err(std::fmt::Error);
+        }
+        self.extend(s.as_bytes());
+        Ok(())
+    }
 }
 
 #[inline]
 pub(super) fn write_i64(n: i64, out: &mut Vec<u8>) {
-    if n < 0 {
-        out.push(b'-');
-    }
-    write_u64(n.unsigned_abs(), out);
+    let mut buf = Buf::<24>::new();
+    buf.int(n);
+    buf.flush(out);
 }
 
 #[inline]
 pub(super) fn write_long(v: i64, mode: LongMode, out: &mut Vec<u8>) {
     const MAX_EXACT: i64 = 1 << 53;
+    let mut buf = Buf::<24>::new();
     if mode == LongMode::Number || (-MAX_EXACT..=MAX_EXACT).contains(&v) {
-        write_i64(v, out);
+        buf.int(v);
     } else {
-        out.push(b'"');
-        write_i64(v, out);
-        out.push(b'"');
+        buf.push(b'"');
+        buf.int(v);
+        buf.push(b'"');
     }
+    buf.flush(out);
 }
 
 macro_rules! write_float {
     ($name:ident, $t:ty) => {
         /// Shortest round-trip form; exponent form outside [1e-6, 1e21) like
         /// ECMAScript; non-finite values as strings.
+        #[inline]
         pub(super) fn $name(v: $t, out: &mut Vec<u8>) {
-            if v.is_finite() {
-                let a = v.abs();
-                // Writing to a Vec cannot fail.
-                let _ = if a != 0.0 && !(1e-6..1e21).contains(&a) {
-                    write!(out, "{v:e}")
-                } else {
-                    write!(out, "{v}")
-                };
-            } else if v.is_nan() {
-                out.extend_from_slice(b"\"NaN\"");
-            } else if v > 0.0 {
-                out.extend_from_slice(b"\"Infinity\"");
+            use std::fmt::Write as _;
+            let a = v.abs();
+            if a < 1e15 && v.fract() == 0.0 && !(v == 0.0 && v.is_sign_negative()) {
+                return write_i64(v as i64, out); // exact: same digits as Display
+            }
+            if !v.is_finite() {
+                out.extend_from_slice(match v {
+                    v if v.is_nan() => b"\"NaN\"",
+                    v if v > 0.0 => b"\"Infinity\"",
+                    _ => b"\"-Infinity\"",
+                });
+                return;
+            }
+            let mut buf = Buf::<40>::new();
+            let written = if a != 0.0 && !(1e-6..1e21).contains(&a) {
+                write!(buf, "{v:e}")
             } else {
-                out.extend_from_slice(b"\"-Infinity\"");
+                write!(buf, "{v}")
+            };
+            match written {
+                Ok(()) => buf.flush(out),
+                // Longer than any shortest form; kept for robustness.
+                Err(_) => out.extend_from_slice(v.to_string().as_bytes()),
             }
         }
     };
@@ -101,12 +183,41 @@ macro_rules! write_float {
 write_float!(write_f32, f32);
 write_float!(write_f64, f64);
 
+#[inline]
 pub(super) fn write_decimal(v: i128, scale: usize, out: &mut Vec<u8>) {
-    let mut buf = [0u8; 40];
-    let start = digits_u128(v.unsigned_abs(), &mut buf);
-    write_decimal_digits(v < 0, &buf[start..], scale, out);
+    let mut digits = [0u8; 40];
+    let start = if let Ok(small) = u64::try_from(v.unsigned_abs()) {
+        digits_u64(small, &mut digits)
+    } else {
+        digits_u128(v.unsigned_abs(), &mut digits)
+    };
+    let digits = &digits[start..];
+    if scale > 64 {
+        return write_decimal_digits(v < 0, digits, scale, out);
+    }
+    // At most 2 quotes, a sign, "0." and 64 digits.
+    let mut buf = Buf::<72>::new();
+    buf.push(b'"');
+    if v < 0 {
+        buf.push(b'-');
+    }
+    if scale == 0 {
+        buf.extend(digits);
+    } else if digits.len() <= scale {
+        buf.extend(b"0.");
+        buf.zeros(scale - digits.len());
+        buf.extend(digits);
+    } else {
+        let (int, frac) = digits.split_at(digits.len() - scale);
+        buf.extend(int);
+        buf.push(b'.');
+        buf.extend(frac);
+    }
+    buf.push(b'"');
+    buf.flush(out);
 }
 
+/// The general (slow) form of [`write_decimal`], for any digits and scale.
 pub(super) fn write_decimal_digits(negative: bool, digits: &[u8], scale: usize, out: &mut Vec<u8>) {
     out.push(b'"');
     if negative {
@@ -127,20 +238,6 @@ pub(super) fn write_decimal_digits(negative: bool, digits: &[u8], scale: usize, 
     out.push(b'"');
 }
 
-#[inline]
-pub(super) fn push2(out: &mut Vec<u8>, n: u32) {
-    let r = n as usize * 2;
-    out.extend_from_slice(&DIGITS2[r..r + 2]);
-}
-
-/// Writes `n` zero-padded to exactly `width` digits (`n < 10^width`).
-#[inline]
-pub(super) fn push_fixed(out: &mut Vec<u8>, n: u64, width: usize) {
-    let mut buf = [b'0'; 20];
-    digits_u64(n, &mut buf[20 - width..]);
-    out.extend_from_slice(&buf[20 - width..]);
-}
-
 /// Proleptic Gregorian (year, month, day) of a day count since 1970-01-01
 /// (H. Hinnant's `civil_from_days`).
 #[inline]
@@ -157,81 +254,112 @@ pub(super) fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (year, month, day)
 }
 
-pub(super) fn write_date(days: i64, out: &mut Vec<u8>) {
+/// `YYYY-MM-DD`, with ISO 8601 expanded years (`+10000`, `-0001`) outside 0–9999.
+#[inline]
+fn date<const N: usize>(buf: &mut Buf<N>, days: i64) {
     let (year, month, day) = civil_from_days(days);
     if (0..=9999).contains(&year) {
-        push2(out, (year / 100) as u32);
-        push2(out, (year % 100) as u32);
+        buf.push2((year / 100) as u32);
+        buf.push2((year % 100) as u32);
     } else if year > 9999 {
-        out.push(b'+');
-        write_u64(year as u64, out);
+        buf.push(b'+');
+        buf.uint(year as u64);
     } else {
-        out.push(b'-');
-        let abs = year.unsigned_abs();
-        if abs < 10_000 {
-            push_fixed(out, abs, 4);
-        } else {
-            write_u64(abs, out);
+        buf.push(b'-');
+        match year.unsigned_abs() {
+            abs @ 0..10_000 => buf.fixed(abs, 4),
+            abs => buf.uint(abs),
         }
     }
-    out.push(b'-');
-    push2(out, month);
-    out.push(b'-');
-    push2(out, day);
+    buf.push(b'-');
+    buf.push2(month);
+    buf.push(b'-');
+    buf.push2(day);
 }
 
 #[inline]
-pub(super) fn write_hms(secs: u32, out: &mut Vec<u8>) {
-    push2(out, secs / 3600);
-    out.push(b':');
-    push2(out, secs / 60 % 60);
-    out.push(b':');
-    push2(out, secs % 60);
+fn hms<const N: usize>(buf: &mut Buf<N>, secs: u32) {
+    buf.push2(secs / 3600);
+    buf.push(b':');
+    buf.push2(secs / 60 % 60);
+    buf.push(b':');
+    buf.push2(secs % 60);
+}
+
+#[inline]
+pub(super) fn write_date(days: i64, out: &mut Vec<u8>) {
+    let mut buf = Buf::<32>::new();
+    buf.push(b'"');
+    date(&mut buf, days);
+    buf.push(b'"');
+    buf.flush(out);
 }
 
 /// `"HH:MM:SS.ffffff"`; out-of-range values (not valid Iceberg times) keep
 /// their sign and write all hours rather than wrapping.
+#[inline]
 pub(super) fn write_time(v: i64, per_sec: i64, out: &mut Vec<u8>) {
-    let per_sec = per_sec as u64;
-    let abs = v.unsigned_abs();
-    let (secs, micros) = (abs / per_sec, abs % per_sec * 1_000_000 / per_sec);
-    out.push(b'"');
-    if v < 0 {
-        out.push(b'-');
+    match per_sec {
+        1_000_000 => time::<1_000_000>(v, out),
+        _ => time::<1_000_000_000>(v, out),
     }
-    if secs < 86_400 {
-        write_hms(secs as u32, out);
-    } else {
-        write_u64(secs / 3600, out);
-        out.push(b':');
-        push2(out, (secs / 60 % 60) as u32);
-        out.push(b':');
-        push2(out, (secs % 60) as u32);
-    }
-    out.push(b'.');
-    push_fixed(out, micros, 6);
-    out.push(b'"');
 }
 
 #[inline]
-pub(super) fn write_timestamp(v: i64, per_sec: i64, nanos: bool, zulu: bool, out: &mut Vec<u8>) {
-    let secs = v.div_euclid(per_sec);
-    let frac_nanos = v.rem_euclid(per_sec) as u64 * (1_000_000_000 / per_sec) as u64;
-    out.push(b'"');
-    write_date(secs.div_euclid(86_400), out);
-    out.push(b'T');
-    write_hms(secs.rem_euclid(86_400) as u32, out);
-    out.push(b'.');
-    if nanos {
-        push_fixed(out, frac_nanos, 9);
+fn time<const PER_SEC: u64>(v: i64, out: &mut Vec<u8>) {
+    let abs = v.unsigned_abs();
+    let (secs, micros) = (abs / PER_SEC, abs % PER_SEC * 1_000_000 / PER_SEC);
+    let mut buf = Buf::<48>::new();
+    buf.push(b'"');
+    if v < 0 {
+        buf.push(b'-');
+    }
+    if secs < 86_400 {
+        hms(&mut buf, secs as u32);
     } else {
-        push_fixed(out, frac_nanos / 1000, 6);
+        buf.uint(secs / 3600);
+        buf.push(b':');
+        buf.push2((secs / 60 % 60) as u32);
+        buf.push(b':');
+        buf.push2((secs % 60) as u32);
+    }
+    buf.push(b'.');
+    buf.fixed(micros, 6);
+    buf.push(b'"');
+    buf.flush(out);
+}
+
+/// `"YYYY-MM-DDTHH:MM:SS.ffffff[fff][Z]"` from a count of `1/per_sec` seconds.
+#[inline]
+pub(super) fn write_timestamp(v: i64, per_sec: i64, nanos: bool, zulu: bool, out: &mut Vec<u8>) {
+    match per_sec {
+        1_000_000 => timestamp::<1_000_000>(v, nanos, zulu, out),
+        1_000_000_000 => timestamp::<1_000_000_000>(v, nanos, zulu, out),
+        1_000 => timestamp::<1_000>(v, nanos, zulu, out),
+        _ => timestamp::<1>(v, nanos, zulu, out),
+    }
+}
+
+#[inline]
+fn timestamp<const PER_SEC: i64>(v: i64, nanos: bool, zulu: bool, out: &mut Vec<u8>) {
+    let secs = v.div_euclid(PER_SEC);
+    let frac_nanos = v.rem_euclid(PER_SEC) as u64 * (1_000_000_000 / PER_SEC) as u64;
+    let mut buf = Buf::<48>::new();
+    buf.push(b'"');
+    date(&mut buf, secs.div_euclid(86_400));
+    buf.push(b'T');
+    hms(&mut buf, secs.rem_euclid(86_400) as u32);
+    buf.push(b'.');
+    if nanos {
+        buf.fixed(frac_nanos, 9);
+    } else {
+        buf.fixed(frac_nanos / 1000, 6);
     }
     if zulu {
-        out.extend_from_slice(b"Z\"");
-    } else {
-        out.push(b'"');
+        buf.push(b'Z');
     }
+    buf.push(b'"');
+    buf.flush(out);
 }
 
 pub(super) fn write_uuid(bytes: &[u8], out: &mut Vec<u8>) {

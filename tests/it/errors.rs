@@ -1,0 +1,293 @@
+//! Bad input gets a problem document with a stable code, and stores nothing.
+
+use serde_json::{Value, json};
+
+use crate::fixtures::{orders, orders_schema};
+use crate::support::{Node, Warehouse, fresh_database, head, test_settings};
+
+async fn expect_problem(r: reqwest::Response, status: u16, code: &str) -> Value {
+    assert_eq!(r.status().as_u16(), status, "expected {code}");
+    assert_eq!(
+        r.headers()["content-type"],
+        "application/problem+json",
+        "{code}"
+    );
+    let problem: Value = r.json().await.unwrap();
+    assert_eq!(problem["code"], code, "{problem}");
+    assert_eq!(problem["status"], status);
+    assert!(
+        problem["detail"].as_str().is_some_and(|d| !d.is_empty()),
+        "{problem}"
+    );
+    assert_eq!(problem["type"], format!("urn:icefeed:problem:{code}"));
+    problem
+}
+
+#[tokio::test]
+async fn registration_errors_are_problems_and_store_nothing() {
+    let wh = Warehouse::new().await;
+    let t = wh.create("shop.orders", orders_schema(), None).await;
+    wh.append(&t, &[orders(1..=2)]).await;
+    let store = tempfile::tempdir().unwrap();
+    let node = Node::start(test_settings(&fresh_database().await, store.path())).await;
+    let post = |body: Value| node.http.post(node.url("/v1/tables")).json(&body).send();
+
+    let p = expect_problem(
+        post(json!({"catalog": {"type": "glue-ish"}, "table": "a.b"}))
+            .await
+            .unwrap(),
+        400,
+        "unknown_catalog_type",
+    )
+    .await;
+    assert_eq!(p["supported"], json!(["sql", "rest", "filesystem"]));
+    expect_problem(
+        post(json!({"catalog": {"type": "sql"}, "table": "a.b"}))
+            .await
+            .unwrap(),
+        400,
+        "invalid_catalog",
+    )
+    .await;
+    expect_problem(
+        post(json!({"catalog": {"type": "rest", "uri": "http://127.0.0.1:9"}, "table": "a.b"}))
+            .await
+            .unwrap(),
+        502,
+        "catalog_unreachable",
+    )
+    .await;
+    expect_problem(
+        post(wh.registration("shop.missing", json!({})))
+            .await
+            .unwrap(),
+        422,
+        "iceberg_table_not_found",
+    )
+    .await;
+    expect_problem(
+        post(wh.registration("orders", json!({}))).await.unwrap(),
+        400,
+        "invalid_table_identifier",
+    )
+    .await;
+    let p = expect_problem(
+        post(wh.registration("shop.orders", json!({"identifier_columns": ["order_no"]})))
+            .await
+            .unwrap(),
+        422,
+        "unknown_identifier_column",
+    )
+    .await;
+    assert!(p["detail"].as_str().unwrap().contains("order_no"));
+    expect_problem(
+        post(wh.registration("shop.orders", json!({"start": {"snapshot_id": 42}})))
+            .await
+            .unwrap(),
+        422,
+        "unknown_snapshot",
+    )
+    .await;
+    expect_problem(
+        post(wh.registration("shop.orders", json!({"branch": "audit"})))
+            .await
+            .unwrap(),
+        422,
+        "branch_not_found",
+    )
+    .await;
+    expect_problem(
+        post(wh.registration("shop.orders", json!({"poll_interval_ms": 5})))
+            .await
+            .unwrap(),
+        400,
+        "invalid_poll_interval",
+    )
+    .await;
+    expect_problem(
+        post(wh.registration("shop.orders", json!({"tabel_typo": 1})))
+            .await
+            .unwrap(),
+        422,
+        "invalid_request_body",
+    )
+    .await;
+    let r = node
+        .http
+        .post(node.url("/v1/tables"))
+        .header("content-type", "application/json")
+        .body("{")
+        .send()
+        .await
+        .unwrap();
+    expect_problem(r, 400, "invalid_request_body").await;
+
+    let (_, list) = node.get("/v1/tables").await;
+    assert_eq!(
+        list["tables"],
+        json!([]),
+        "failed registrations store nothing"
+    );
+
+    node.register(&wh.registration("shop.orders", json!({})))
+        .await;
+    expect_problem(
+        post(wh.registration("shop.orders", json!({})))
+            .await
+            .unwrap(),
+        409,
+        "table_already_registered",
+    )
+    .await;
+    let (_, list) = node.get("/v1/tables").await;
+    assert_eq!(list["tables"].as_array().unwrap().len(), 1);
+    node.shutdown().await;
+}
+
+#[tokio::test]
+async fn read_errors_are_problems() {
+    let wh = Warehouse::new().await;
+    let t = wh.create("shop.orders", orders_schema(), None).await;
+    let t = wh.append(&t, &[orders(1..=2)]).await;
+    let t2 = wh.create("shop.other", orders_schema(), None).await;
+    wh.append(&t2, &[orders(1..=2)]).await;
+    let store = tempfile::tempdir().unwrap();
+    let node = Node::start(test_settings(&fresh_database().await, store.path())).await;
+    let a = node
+        .register(&wh.registration("shop.orders", json!({})))
+        .await;
+    let b = node
+        .register(&wh.registration("shop.other", json!({})))
+        .await;
+    node.wait_for_checkpoint(&a, head(&t)).await;
+    let get = |path: String| node.http.get(node.url(&path)).send();
+
+    let (_, page) = node.get(&format!("/v1/tables/{a}/changes?limit=1")).await;
+    let cursor_of_a = page["next"].as_str().unwrap().to_string();
+    let p = expect_problem(
+        get(format!("/v1/tables/{b}/changes?after={cursor_of_a}"))
+            .await
+            .unwrap(),
+        400,
+        "foreign_cursor",
+    )
+    .await;
+    assert_eq!(p["cursor_table_id"], a.as_str());
+    expect_problem(
+        get(format!("/v1/tables/{a}/changes?after=not-a-cursor!"))
+            .await
+            .unwrap(),
+        400,
+        "malformed_cursor",
+    )
+    .await;
+    expect_problem(
+        get(format!("/v1/tables/{a}/changes?after=AAAA"))
+            .await
+            .unwrap(),
+        400,
+        "unsupported_cursor_version",
+    )
+    .await;
+    expect_problem(
+        get(format!(
+            "/v1/tables/{a}/changes?after={}",
+            &cursor_of_a[..10]
+        ))
+        .await
+        .unwrap(),
+        400,
+        "malformed_cursor",
+    )
+    .await;
+    let p = expect_problem(
+        get(format!("/v1/tables/{a}/changes?limit=0"))
+            .await
+            .unwrap(),
+        400,
+        "limit_out_of_range",
+    )
+    .await;
+    assert_eq!(p["max_limit"], 10_000);
+    expect_problem(
+        get(format!("/v1/tables/{a}/changes?limit=10001"))
+            .await
+            .unwrap(),
+        400,
+        "limit_out_of_range",
+    )
+    .await;
+    expect_problem(
+        get(format!("/v1/tables/{a}/changes?limit=ten"))
+            .await
+            .unwrap(),
+        400,
+        "invalid_query",
+    )
+    .await;
+    expect_problem(
+        get("/v1/tables/nope/changes".into()).await.unwrap(),
+        400,
+        "invalid_table_id",
+    )
+    .await;
+    expect_problem(
+        get(format!("/v1/tables/{}", uuid::Uuid::new_v4()))
+            .await
+            .unwrap(),
+        404,
+        "table_not_found",
+    )
+    .await;
+    expect_problem(
+        get(format!("/v1/tables/{a}/schemas/99")).await.unwrap(),
+        404,
+        "schema_not_found",
+    )
+    .await;
+    expect_problem(
+        get("/v2/nothing".into()).await.unwrap(),
+        404,
+        "route_not_found",
+    )
+    .await;
+    node.shutdown().await;
+}
+
+#[tokio::test]
+async fn catalog_secrets_are_never_echoed() {
+    let wh = Warehouse::new().await;
+    let t = wh.create("shop.orders", orders_schema(), None).await;
+    wh.append(&t, &[orders(1..=1)]).await;
+    let store = tempfile::tempdir().unwrap();
+    let node = Node::start(test_settings(&fresh_database().await, store.path())).await;
+    let mut body = wh.registration("shop.orders", json!({}));
+    body["catalog"]["properties"] =
+        json!({"s3.secret-access-key": "TOPSECRET-1", "token": "TOPSECRET-2"});
+    let r = node
+        .http
+        .post(node.url("/v1/tables"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let created = r.text().await.unwrap();
+    let listed = node
+        .http
+        .get(node.url("/v1/tables"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for text in [&created, &listed] {
+        assert!(!text.contains("TOPSECRET"), "secret echoed: {text}");
+        assert!(
+            text.contains("********"),
+            "secrets are shown masked: {text}"
+        );
+    }
+    node.shutdown().await;
+}

@@ -1,0 +1,290 @@
+//! The feed end to end: registration, the initial export, appends, pages, NDJSON,
+//! start positions, and cursors that survive a restart.
+
+use std::collections::BTreeSet;
+
+use serde_json::{Value, json};
+
+use crate::fixtures::{order_json, orders, orders_schema};
+use crate::support::{Node, Warehouse, fresh_database, head, test_settings};
+
+fn ids(events: &[Value]) -> Vec<i64> {
+    events
+        .iter()
+        .map(|e| e["after"]["id"].as_i64().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn export_then_appends_flow_page_by_page() {
+    let wh = Warehouse::new().await;
+    let t = wh.create("shop.orders", orders_schema(), None).await;
+    let t = wh.append(&t, &[orders(1..=3)]).await;
+    let t = wh.append(&t, &[orders(4..=5)]).await;
+    let store = tempfile::tempdir().unwrap();
+    let node = Node::start(test_settings(&fresh_database().await, store.path())).await;
+
+    let id = node
+        .register(&wh.registration("shop.orders", json!({})))
+        .await;
+    let table = node.wait_for_checkpoint(&id, head(&t)).await;
+    assert_eq!(table["state"], "active");
+    assert_eq!(table["export_pending"], false);
+    assert_eq!(table["identifier_columns"], json!(["id"]));
+    assert_eq!(table["change_sets"], 1, "the export is one change set");
+
+    // Pages of two: the export holds all five rows, in file order.
+    let (_, first) = node.get(&format!("/v1/tables/{id}/changes?limit=2")).await;
+    assert_eq!(first["events"].as_array().unwrap().len(), 2);
+    assert_eq!(first["more"], true);
+    let (events, next) = node.all_events(&id, None, 2).await;
+    let mut seen = ids(&events);
+    seen.sort();
+    assert_eq!(seen, vec![1, 2, 3, 4, 5]);
+    for e in &events {
+        let id = e["after"]["id"].as_i64().unwrap();
+        assert_eq!(e["op"], "insert");
+        assert_eq!(e["table"], "shop.orders");
+        assert_eq!(e["key"], json!({ "id": id }));
+        assert_eq!(e["after"], order_json(id));
+        assert!(e.get("before").is_none());
+        assert_eq!(e["snapshot_id"], head(&t));
+        assert_eq!(e["schema_id"], 0);
+        assert!(e["committed_at"].as_str().unwrap().ends_with('Z'));
+    }
+    let positions: BTreeSet<&str> = events
+        .iter()
+        .map(|e| e["position"].as_str().unwrap())
+        .collect();
+    assert_eq!(positions.len(), 5, "positions are unique");
+
+    // Caught up: an empty page keeps the cursor.
+    let (_, empty) = node
+        .get(&format!("/v1/tables/{id}/changes?after={next}"))
+        .await;
+    assert_eq!(empty["events"], json!([]));
+    assert_eq!(empty["next"], next.as_str());
+    assert_eq!(empty["more"], false);
+
+    // A new append becomes its own change set of inserts.
+    let t = wh.append(&t, &[orders(6..=8)]).await;
+    node.wait_for_checkpoint(&id, head(&t)).await;
+    let (events, last) = node.all_events(&id, Some(&next), 100).await;
+    assert_eq!(ids(&events), vec![6, 7, 8]);
+    assert!(events.iter().all(|e| e["snapshot_id"] == head(&t)));
+
+    // Resuming from an event's own position continues right after it.
+    let (rest, _) = node
+        .all_events(&id, Some(events[0]["position"].as_str().unwrap()), 100)
+        .await;
+    assert_eq!(ids(&rest), vec![7, 8]);
+
+    // NDJSON carries the same events, one per line, and the cursor in a header.
+    let r = node
+        .http
+        .get(node.url(&format!("/v1/tables/{id}/changes?after={next}")))
+        .header("accept", "application/x-ndjson")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["content-type"], "application/x-ndjson");
+    assert_eq!(r.headers()["icefeed-next-cursor"], last.as_str());
+    assert_eq!(r.headers()["icefeed-more"], "false");
+    let text = r.text().await.unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines, events);
+
+    let (_, table) = node.get(&format!("/v1/tables/{id}")).await;
+    assert_eq!(table["lag"]["snapshots"], 0);
+    assert_eq!(table["change_sets"], 2);
+    node.shutdown().await;
+}
+
+#[tokio::test]
+async fn start_positions_choose_where_the_feed_begins() {
+    let wh = Warehouse::new().await;
+    let t = wh.create("shop.orders", orders_schema(), None).await;
+    let t1 = wh.append(&t, &[orders(1..=1)]).await;
+    let s1 = head(&t1);
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let t2 = wh.append(&t1, &[orders(2..=2)]).await;
+    let s2 = head(&t2);
+    let s2_time = t2.metadata().current_snapshot().unwrap().timestamp_ms();
+    let t3 = wh.append(&t2, &[orders(3..=3)]).await;
+    let s3 = head(&t3);
+    let store = tempfile::tempdir().unwrap();
+    let node = Node::start(test_settings(&fresh_database().await, store.path())).await;
+
+    let at = chrono::DateTime::from_timestamp_millis(s2_time)
+        .unwrap()
+        .to_rfc3339();
+    let cases = [
+        (json!("earliest"), vec![(s1, 1), (s2, 2), (s3, 3)]),
+        (json!({ "snapshot_id": s1 }), vec![(s2, 2), (s3, 3)]),
+        (json!({ "timestamp": at }), vec![(s2, 2), (s3, 3)]),
+        (json!("snapshot"), vec![(s3, 1), (s3, 2), (s3, 3)]),
+    ];
+    for (start, expected) in cases {
+        let id = node
+            .register(&wh.registration("shop.orders", json!({ "start": start })))
+            .await;
+        node.wait_for_checkpoint(&id, s3).await;
+        let (events, _) = node.all_events(&id, None, 100).await;
+        let mut got: Vec<(i64, i64)> = events
+            .iter()
+            .map(|e| {
+                (
+                    e["snapshot_id"].as_i64().unwrap(),
+                    e["after"]["id"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        got.sort_by_key(|(_, id)| *id);
+        assert_eq!(got, expected, "start {start}");
+        let r = node
+            .http
+            .delete(node.url(&format!("/v1/tables/{id}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 204);
+    }
+
+    // `latest` publishes only what is committed after registration.
+    let id = node
+        .register(&wh.registration("shop.orders", json!({ "start": "latest" })))
+        .await;
+    let (_, table) = node.get(&format!("/v1/tables/{id}")).await;
+    assert_eq!(table["checkpoint"]["snapshot_id"], s3);
+    let t4 = wh.append(&t3, &[orders(4..=4)]).await;
+    node.wait_for_checkpoint(&id, head(&t4)).await;
+    let (events, _) = node.all_events(&id, None, 100).await;
+    assert_eq!(ids(&events), vec![4]);
+    node.shutdown().await;
+}
+
+#[tokio::test]
+async fn cursors_survive_a_restart_and_the_change_store_is_shared() {
+    let wh = Warehouse::new().await;
+    let t = wh.create("shop.orders", orders_schema(), None).await;
+    let t = wh.append(&t, &[orders(1..=10)]).await;
+    let db = fresh_database().await;
+    let store = tempfile::tempdir().unwrap();
+
+    let node = Node::start(test_settings(&db, store.path())).await;
+    let id = node
+        .register(&wh.registration("shop.orders", json!({})))
+        .await;
+    node.wait_for_checkpoint(&id, head(&t)).await;
+    let (_, page) = node.get(&format!("/v1/tables/{id}/changes?limit=4")).await;
+    let cursor = page["next"].as_str().unwrap().to_string();
+    let first: Vec<i64> = ids(page["events"].as_array().unwrap());
+    node.shutdown().await;
+
+    let node = Node::start(test_settings(&db, store.path())).await;
+    let (rest, _) = node.all_events(&id, Some(&cursor), 3).await;
+    let mut all = first;
+    all.extend(ids(&rest));
+    all.sort();
+    assert_eq!(all, (1..=10).collect::<Vec<_>>());
+    node.shutdown().await;
+}
+
+#[tokio::test]
+async fn pause_resume_delete_and_operations_endpoints() {
+    let wh = Warehouse::new().await;
+    let t = wh.create("shop.orders", orders_schema(), None).await;
+    let t = wh.append(&t, &[orders(1..=2)]).await;
+    let store = tempfile::tempdir().unwrap();
+    let node = Node::start(test_settings(&fresh_database().await, store.path())).await;
+    let id = node
+        .register(&wh.registration("shop.orders", json!({})))
+        .await;
+    node.wait_for_checkpoint(&id, head(&t)).await;
+
+    let r = node
+        .http
+        .patch(node.url(&format!("/v1/tables/{id}")))
+        .json(&json!({"paused": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let t2 = wh.append(&t, &[orders(3..=3)]).await;
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    let (_, table) = node.get(&format!("/v1/tables/{id}")).await;
+    assert_eq!(table["state"], "paused");
+    assert_eq!(
+        table["checkpoint"]["snapshot_id"],
+        head(&t),
+        "a paused table is not polled"
+    );
+    let r = node
+        .http
+        .patch(node.url(&format!("/v1/tables/{id}")))
+        .json(&json!({"paused": false}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    node.wait_for_checkpoint(&id, head(&t2)).await;
+
+    let (status, health) = node.get("/healthz").await;
+    assert_eq!((status, health["status"].as_str()), (200, Some("ok")));
+    let (status, _) = node.get("/readyz").await;
+    assert_eq!(status, 200);
+    let metrics = node
+        .http
+        .get(node.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("icefeed_scheduler_rows_published_total"),
+        "{metrics}"
+    );
+
+    let (_, list) = node.get("/v1/tables").await;
+    assert_eq!(list["tables"].as_array().unwrap().len(), 1);
+    let r = node
+        .http
+        .delete(node.url(&format!("/v1/tables/{id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    let (status, problem) = node.get(&format!("/v1/tables/{id}")).await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (404, Some("table_not_found"))
+    );
+    let segments = store.path().join("tables").join(&id);
+    crate::support::wait_until(std::time::Duration::from_secs(10), || async {
+        (count_files(&segments) == 0).then_some(())
+    })
+    .await;
+    node.shutdown().await;
+}
+
+fn count_files(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .map(|e| {
+                    if e.path().is_dir() {
+                        count_files(&e.path())
+                    } else {
+                        1
+                    }
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}

@@ -1,0 +1,67 @@
+//! Small tables used across the tests.
+
+use std::sync::Arc;
+
+use arrow::array::{
+    ArrayRef, Decimal128Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+};
+use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+
+/// `orders`: id (identifier), name, amount decimal(10,2), ts timestamptz.
+pub fn orders_schema() -> Schema {
+    Schema::builder()
+        .with_schema_id(0)
+        .with_identifier_field_ids(vec![1])
+        .with_fields(vec![
+            NestedField::required(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+            NestedField::optional(2, "name", Type::Primitive(PrimitiveType::String)).into(),
+            NestedField::optional(
+                3,
+                "amount",
+                Type::Primitive(PrimitiveType::Decimal {
+                    precision: 10,
+                    scale: 2,
+                }),
+            )
+            .into(),
+            NestedField::optional(4, "ts", Type::Primitive(PrimitiveType::Timestamptz)).into(),
+        ])
+        .build()
+        .unwrap()
+}
+
+/// Rows of `orders` for ids in `ids`: name `n<id>`, amount `<id>.05`, ts `<id>` seconds after 2026-01-01.
+pub fn orders(ids: impl IntoIterator<Item = i64>) -> RecordBatch {
+    let ids: Vec<i64> = ids.into_iter().collect();
+    let schema = Arc::new(iceberg::arrow::schema_to_arrow_schema(&orders_schema()).unwrap());
+    let base = 1_767_225_600_000_000i64; // 2026-01-01T00:00:00Z
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(Int64Array::from(ids.clone())),
+        Arc::new(StringArray::from(
+            ids.iter().map(|i| format!("n{i}")).collect::<Vec<_>>(),
+        )),
+        Arc::new(
+            Decimal128Array::from(ids.iter().map(|i| *i as i128 * 100 + 5).collect::<Vec<_>>())
+                .with_precision_and_scale(10, 2)
+                .unwrap(),
+        ),
+        Arc::new(
+            TimestampMicrosecondArray::from(
+                ids.iter().map(|i| base + i * 1_000_000).collect::<Vec<_>>(),
+            )
+            .with_timezone("+00:00"),
+        ),
+    ];
+    RecordBatch::try_new(schema, columns).unwrap()
+}
+
+/// The `after` image an `orders` row with `id` must have in events.
+pub fn order_json(id: i64) -> serde_json::Value {
+    let ts = chrono::DateTime::from_timestamp(1_767_225_600 + id, 0).unwrap();
+    serde_json::json!({
+        "id": id,
+        "name": format!("n{id}"),
+        "amount": format!("{id}.05"),
+        "ts": ts.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
+    })
+}

@@ -1,0 +1,191 @@
+//! Real `icefeed serve` processes sharing one database: each snapshot is published once,
+//! SIGTERM stops a node cleanly, and secrets stay out of the logs.
+
+use std::io::Read;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use sqlx::Connection;
+
+use crate::fixtures::{orders, orders_schema};
+use crate::support::{Warehouse, fresh_database, head, wait_until};
+
+struct Process {
+    child: Child,
+    base: String,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn spawn_node(db: &str, store: &std::path::Path, name: &str) -> Process {
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_icefeed"))
+        .arg("serve")
+        .env("ICEFEED_DATABASE_URL", db)
+        .env("ICEFEED_LISTEN", format!("127.0.0.1:{port}"))
+        .env("ICEFEED_CHANGE_STORE", store)
+        .env("ICEFEED_NODE_ID", name)
+        .env("ICEFEED_SCHEDULER__TICK", "50ms")
+        .env("ICEFEED_SCHEDULER__LEASE_TTL", "3s")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start icefeed");
+    Process {
+        child,
+        base: format!("http://127.0.0.1:{port}"),
+    }
+}
+
+async fn wait_ready(http: &reqwest::Client, p: &Process) {
+    wait_until(Duration::from_secs(30), || async {
+        let r = http.get(format!("{}/readyz", p.base)).send().await.ok()?;
+        r.status().is_success().then_some(())
+    })
+    .await;
+}
+
+/// Sends SIGTERM and returns the exit status and everything the process logged.
+fn terminate(mut p: Process) -> (std::process::ExitStatus, String) {
+    let pid = p.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = p.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "node did not stop on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut log = String::new();
+    p.child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    p.child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    (status, log)
+}
+
+#[tokio::test]
+async fn two_processes_publish_each_snapshot_exactly_once() {
+    let wh = Warehouse::new().await;
+    let mut t = wh.create("shop.orders", orders_schema(), None).await;
+    let db = fresh_database().await;
+    let store = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::new();
+    let a = spawn_node(&db, store.path(), "node-a");
+    let b = spawn_node(&db, store.path(), "node-b");
+    wait_ready(&http, &a).await;
+    wait_ready(&http, &b).await;
+
+    let mut body = wh.registration(
+        "shop.orders",
+        json!({"poll_interval_ms": 100, "start": "earliest"}),
+    );
+    body["catalog"]["properties"] = json!({"token": "LOG-SECRET-7"});
+    let r = http
+        .post(format!("{}/v1/tables", a.base))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let id = r.json::<serde_json::Value>().await.unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // Commits keep landing while both nodes compete for the table's lease.
+    let mut rows = 0;
+    for i in 0..12 {
+        t = wh.append(&t, &[orders(i * 10..i * 10 + 5)]).await;
+        rows += 5;
+        tokio::time::sleep(Duration::from_millis(70)).await;
+    }
+    let last = head(&t);
+    wait_until(Duration::from_secs(60), || async {
+        let t: serde_json::Value = http
+            .get(format!("{}/v1/tables/{id}", b.base))
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        assert_ne!(t["state"], "error", "{t}");
+        (t["checkpoint"]["snapshot_id"].as_i64() == Some(last)).then_some(())
+    })
+    .await;
+
+    let mut conn = sqlx::PgConnection::connect(&db).await.unwrap();
+    let (sets, snapshots, events): (i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(DISTINCT snapshot_id), coalesce(sum(event_count), 0)::bigint FROM change_sets",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(
+        (sets, snapshots, events),
+        (12, 12, rows),
+        "one change set per snapshot, every row once"
+    );
+    let ordinals: Vec<i64> = sqlx::query_scalar("SELECT ordinal FROM change_sets ORDER BY ordinal")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        ordinals,
+        (1..=12).collect::<Vec<_>>(),
+        "ordinals are gap-free"
+    );
+
+    // Both nodes serve the same feed.
+    for node in [&a, &b] {
+        let page: serde_json::Value = http
+            .get(format!("{}/v1/tables/{id}/changes?limit=1000", node.base))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(page["events"].as_array().unwrap().len() as i64, rows);
+    }
+
+    for node in [a, b] {
+        let (status, log) = terminate(node);
+        assert!(
+            status.success(),
+            "a node exits 0 on SIGTERM: {status}\n{log}"
+        );
+        assert!(log.contains("icefeed stopped"), "{log}");
+        assert!(
+            !log.contains("LOG-SECRET-7"),
+            "a secret reached the log:\n{log}"
+        );
+    }
+}

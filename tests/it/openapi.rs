@@ -1,0 +1,62 @@
+//! The committed OpenAPI document matches the code, and every operation is documented.
+
+use crate::support::{Node, fresh_database, test_settings};
+
+const COMMITTED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/openapi/icefeed.json");
+
+#[test]
+fn committed_document_matches_the_code() {
+    let generated = icefeed::api::openapi_json();
+    if std::env::var_os("ICEFEED_UPDATE_OPENAPI").is_some() {
+        std::fs::write(COMMITTED, &generated).unwrap();
+    }
+    let committed = std::fs::read_to_string(COMMITTED).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "openapi/icefeed.json is stale: run `cargo run -- openapi > openapi/icefeed.json` \
+         (or the tests with ICEFEED_UPDATE_OPENAPI=1) and commit it"
+    );
+}
+
+#[test]
+fn every_operation_has_summary_tag_id_and_errors() {
+    let doc: serde_json::Value = serde_json::from_str(&icefeed::api::openapi_json()).unwrap();
+    let operational = ["/healthz", "/metrics"];
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let what = format!("{method} {path}");
+            assert!(
+                op["summary"].as_str().is_some_and(|s| !s.is_empty()),
+                "{what}: summary"
+            );
+            assert!(op["operationId"].as_str().is_some(), "{what}: operationId");
+            assert!(!op["tags"].as_array().unwrap().is_empty(), "{what}: tag");
+            let responses = op["responses"].as_object().unwrap();
+            if !operational.contains(&path.as_str()) {
+                assert!(
+                    responses
+                        .keys()
+                        .any(|code| code.starts_with('4') || code.starts_with('5')),
+                    "{what}: error responses"
+                );
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_service_serves_the_document() {
+    let store = tempfile::tempdir().unwrap();
+    let node = Node::start(test_settings(&fresh_database().await, store.path())).await;
+    let served = node
+        .http
+        .get(node.url("/openapi.json"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(served, icefeed::api::openapi_json());
+    node.shutdown().await;
+}

@@ -1,0 +1,108 @@
+//! Interop with pyiceberg: a table written by Python in a SQL catalog that icefeed reads
+//! through the iceberg crate; a snapshot that removes rows stops the table with a clear error.
+
+use std::process::Command;
+
+use serde_json::json;
+
+use crate::support::{Node, fresh_database, test_settings, wait_until};
+
+/// The Python with pyiceberg installed (the README's test command sets it up).
+fn python() -> String {
+    std::env::var("ICEFEED_TEST_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+fn pyiceberg(dir: &std::path::Path, args: &[&str]) -> i64 {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/python/pyiceberg_writer.py"
+    );
+    let out = Command::new(python())
+        .arg(script)
+        .arg(dir)
+        .arg("py")
+        .args(args)
+        .output()
+        .expect("run python (set ICEFEED_TEST_PYTHON, see scripts/python-env.sh)");
+    assert!(
+        out.status.success(),
+        "pyiceberg {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_pyiceberg_table_flows_and_a_delete_stops_it_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    pyiceberg(dir.path(), &["create"]);
+    let s1 = pyiceberg(dir.path(), &["append", "1", "3"]);
+    let store = tempfile::tempdir().unwrap();
+    let node = Node::start(test_settings(&fresh_database().await, store.path())).await;
+    let body = json!({
+        "catalog": {"type": "sql", "uri": format!("sqlite:{}/catalog.db", dir.path().display()),
+                    "warehouse": format!("file://{}/warehouse", dir.path().display()), "name": "py"},
+        "table": "shop.orders", "poll_interval_ms": 100,
+    });
+    let id = node.register(&body).await;
+    node.wait_for_checkpoint(&id, s1).await;
+
+    let s2 = pyiceberg(dir.path(), &["append", "4", "5"]);
+    node.wait_for_checkpoint(&id, s2).await;
+    let (events, _) = node.all_events(&id, None, 100).await;
+    let rows: Vec<(i64, String, i64)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["after"]["id"].as_i64().unwrap(),
+                e["after"]["name"].as_str().unwrap().to_string(),
+                e["snapshot_id"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let expected: Vec<(i64, String, i64)> = (1..=5)
+        .map(|i| (i, format!("py{i}"), if i <= 3 { s1 } else { s2 }))
+        .collect();
+    assert_eq!(rows, expected);
+    assert!(
+        events
+            .iter()
+            .all(|e| e["key"] == json!({"id": e["after"]["id"]}))
+    );
+
+    // A delete removes rows: not computed yet, so the table stops and says why.
+    let s3 = pyiceberg(dir.path(), &["delete", "2"]);
+    let table = node.wait_for_state(&id, "error").await;
+    assert_eq!(table["error_snapshot_id"], s3);
+    let error = table["last_error"].as_str().unwrap();
+    assert!(
+        error.contains(&s3.to_string()) && error.contains("removes"),
+        "{error}"
+    );
+    assert_eq!(
+        table["checkpoint"]["snapshot_id"], s2,
+        "nothing published past the error"
+    );
+    let (after, _) = node.all_events(&id, None, 100).await;
+    assert_eq!(after.len(), 5);
+
+    // Resuming retries, and the same snapshot stops it again: never a silent skip.
+    let r = node
+        .http
+        .patch(node.url(&format!("/v1/tables/{id}")))
+        .json(&json!({"paused": false}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    wait_until(std::time::Duration::from_secs(30), || async {
+        let (_, t) = node.get(&format!("/v1/tables/{id}")).await;
+        (t["state"] == "error" && t["last_polled_at"] != table["last_polled_at"]).then_some(())
+    })
+    .await;
+    node.shutdown().await;
+}

@@ -1,0 +1,255 @@
+//! Test helpers: a fresh PostgreSQL database per test, nodes on random ports, real
+//! Iceberg tables written with the iceberg crate, and HTTP helpers.
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arrow::array::RecordBatch;
+use iceberg::spec::{Schema, UnboundPartitionSpec};
+use iceberg::table::Table;
+use iceberg::{Catalog, TableIdent};
+use icefeed::app::RunningNode;
+use icefeed::config::Settings;
+use icefeed::demo::writer::{self, AppendOptions};
+use serde_json::{Value, json};
+use sqlx::Connection;
+use tokio_util::sync::CancellationToken;
+
+/// The server tests create their databases on (the README's test command sets it).
+pub fn admin_url() -> String {
+    std::env::var("ICEFEED_TEST_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://icefeed:icefeed@127.0.0.1:5432/icefeed".into())
+}
+
+/// Creates an empty database and returns its URL.
+pub async fn fresh_database() -> String {
+    let admin = admin_url();
+    let name = format!("icefeed_test_{}", uuid::Uuid::new_v4().simple());
+    let mut conn = sqlx::PgConnection::connect(&admin)
+        .await
+        .expect("connect to the test PostgreSQL (run the README's test command)");
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut conn)
+        .await
+        .expect("create test database");
+    let (base, _) = admin.rsplit_once('/').expect("database URL has a path");
+    format!("{base}/{name}")
+}
+
+/// Settings for a test node: random port, fast ticks, short leases.
+pub fn test_settings(database_url: &str, change_store: &Path) -> Settings {
+    let mut s = Settings {
+        database_url: database_url.to_string(),
+        listen: "127.0.0.1:0".parse().unwrap(),
+        change_store: change_store.display().to_string(),
+        ..Default::default()
+    };
+    s.scheduler.tick = Duration::from_millis(50);
+    s.scheduler.lease_ttl = Duration::from_secs(5);
+    s.scheduler.default_poll_interval = Duration::from_millis(200);
+    s.api.shutdown_grace = Duration::from_secs(5);
+    s
+}
+
+/// A node running in this process, with an HTTP client for it.
+pub struct Node {
+    pub base: String,
+    pub http: reqwest::Client,
+    running: Option<RunningNode>,
+}
+
+impl Node {
+    pub async fn start(settings: Settings) -> Self {
+        let running = icefeed::app::start(settings, CancellationToken::new())
+            .await
+            .expect("start node");
+        Self {
+            base: format!("http://{}", running.addr),
+            http: reqwest::Client::new(),
+            running: Some(running),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    pub async fn shutdown(mut self) {
+        self.running
+            .take()
+            .unwrap()
+            .shutdown()
+            .await
+            .expect("clean shutdown");
+    }
+
+    /// GET and parse JSON, with the status.
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let r = self.http.get(self.url(path)).send().await.unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// POST JSON and parse the answer, with the status.
+    pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        let r = self
+            .http
+            .post(self.url(path))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Registers a table and returns its id.
+    pub async fn register(&self, body: &Value) -> String {
+        let (status, table) = self.post("/v1/tables", body).await;
+        assert_eq!(status, 201, "registration failed: {table}");
+        table["id"].as_str().unwrap().to_string()
+    }
+
+    /// Waits until the table's checkpoint is `snapshot_id` and returns the table.
+    pub async fn wait_for_checkpoint(&self, id: &str, snapshot_id: i64) -> Value {
+        wait_until(Duration::from_secs(30), || async {
+            let (_, t) = self.get(&format!("/v1/tables/{id}")).await;
+            assert_ne!(t["state"], "error", "table went to error: {t}");
+            (t["checkpoint"]["snapshot_id"].as_i64() == Some(snapshot_id)).then_some(t)
+        })
+        .await
+    }
+
+    /// Waits until the table is in `state` and returns it.
+    pub async fn wait_for_state(&self, id: &str, state: &str) -> Value {
+        wait_until(Duration::from_secs(30), || async {
+            let (_, t) = self.get(&format!("/v1/tables/{id}")).await;
+            (t["state"] == state).then_some(t)
+        })
+        .await
+    }
+
+    /// Every event of the table's feed after `after`, paging with `limit`.
+    pub async fn all_events(
+        &self,
+        id: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> (Vec<Value>, String) {
+        let mut events = Vec::new();
+        let mut cursor = after.map(str::to_string);
+        loop {
+            let mut path = format!("/v1/tables/{id}/changes?limit={limit}");
+            if let Some(c) = &cursor {
+                path.push_str(&format!("&after={c}"));
+            }
+            let (status, page) = self.get(&path).await;
+            assert_eq!(status, 200, "{page}");
+            let batch = page["events"].as_array().unwrap().clone();
+            assert!(batch.len() <= limit);
+            events.extend(batch);
+            cursor = Some(page["next"].as_str().unwrap().to_string());
+            if !page["more"].as_bool().unwrap() {
+                return (events, cursor.unwrap());
+            }
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(running) = self.running.take() {
+            drop(running);
+        }
+    }
+}
+
+/// Polls `check` until it returns `Some`, failing after `timeout`.
+pub async fn wait_until<T, F, Fut>(timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "condition not reached within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A local SQL catalog (sqlite) with a warehouse in a temporary directory.
+pub struct Warehouse {
+    pub dir: tempfile::TempDir,
+    pub catalog: Arc<dyn Catalog>,
+    pub name: String,
+}
+
+impl Warehouse {
+    pub async fn new() -> Self {
+        Self::named("test").await
+    }
+
+    pub async fn named(name: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = writer::open_sql_catalog(dir.path(), name).await.unwrap();
+        Self {
+            dir,
+            catalog: Arc::new(catalog),
+            name: name.to_string(),
+        }
+    }
+
+    pub async fn create(
+        &self,
+        table: &str,
+        schema: Schema,
+        spec: Option<UnboundPartitionSpec>,
+    ) -> Table {
+        let ident = TableIdent::from_strs(table.split('.')).unwrap();
+        writer::create_table(self.catalog.as_ref(), &ident, schema, spec)
+            .await
+            .unwrap()
+    }
+
+    /// Appends batches in one snapshot; returns the reloaded table.
+    pub async fn append(&self, table: &Table, batches: &[RecordBatch]) -> Table {
+        writer::append(
+            self.catalog.as_ref(),
+            table,
+            batches,
+            &AppendOptions::default(),
+        )
+        .await
+        .unwrap()
+    }
+
+    /// The catalog part of a registration body.
+    pub fn catalog_json(&self) -> Value {
+        let (db, warehouse) = writer::catalog_paths(self.dir.path()).unwrap();
+        json!({"type": "sql", "uri": format!("sqlite:{}", db.display()),
+               "warehouse": warehouse.display().to_string(), "name": self.name})
+    }
+
+    /// A registration body for `table` with extra fields merged in.
+    pub fn registration(&self, table: &str, extra: Value) -> Value {
+        let mut body =
+            json!({"catalog": self.catalog_json(), "table": table, "poll_interval_ms": 100});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body
+    }
+}
+
+/// The current snapshot id of a table.
+pub fn head(table: &Table) -> i64 {
+    table.metadata().current_snapshot().unwrap().snapshot_id()
+}

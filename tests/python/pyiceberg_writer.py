@@ -1,0 +1,44 @@
+"""Writes an Iceberg table with pyiceberg (a third-party writer) for icefeed's tests.
+
+Usage: pyiceberg_writer.py <catalog-dir> <catalog-name> <command> [args]
+  create                 create shop.orders (id long identifier, name string)
+  append <first> <last>  append rows with ids first..last; prints the new snapshot id
+  delete <id>            delete the row with this id; prints the new snapshot id
+"""
+
+import sys
+
+import pyarrow as pa
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField, StringType
+
+ARROW = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("name", pa.string())])
+
+
+def main() -> None:
+    directory, name, command, *args = sys.argv[1:]
+    catalog = SqlCatalog(name, uri=f"sqlite:///{directory}/catalog.db", warehouse=f"file://{directory}/warehouse")
+    if command == "create":
+        catalog.create_namespace_if_not_exists("shop")
+        schema = Schema(
+            NestedField(1, "id", LongType(), required=True),
+            NestedField(2, "name", StringType(), required=False),
+            identifier_field_ids=[1],
+        )
+        catalog.create_table("shop.orders", schema=schema)
+        return
+    table = catalog.load_table("shop.orders")
+    if command == "append":
+        first, last = int(args[0]), int(args[1])
+        ids = list(range(first, last + 1))
+        table.append(pa.Table.from_pylist([{"id": i, "name": f"py{i}"} for i in ids], schema=ARROW))
+    elif command == "delete":
+        table.delete(f"id == {int(args[0])}")
+    else:
+        raise SystemExit(f"unknown command {command}")
+    print(table.current_snapshot().snapshot_id)
+
+
+if __name__ == "__main__":
+    main()
