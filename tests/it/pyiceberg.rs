@@ -106,3 +106,51 @@ async fn a_pyiceberg_table_flows_and_a_delete_stops_it_clearly() {
     .await;
     node.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_expired_checkpoint_stops_the_table_instead_of_skipping_history() {
+    let dir = tempfile::tempdir().unwrap();
+    pyiceberg(dir.path(), &["create"]);
+    let s1 = pyiceberg(dir.path(), &["append", "1", "2"]);
+    let store = tempfile::tempdir().unwrap();
+    let node = Node::start(test_settings(&fresh_database().await, store.path())).await;
+    let body = json!({
+        "catalog": {"type": "sql", "uri": format!("sqlite:{}/catalog.db", dir.path().display()),
+                    "warehouse": format!("file://{}/warehouse", dir.path().display()), "name": "py"},
+        "table": "shop.orders", "poll_interval_ms": 100, "start": "latest",
+    });
+    let id = node.register(&body).await;
+    let (_, table) = node.get(&format!("/v1/tables/{id}")).await;
+    assert_eq!(table["checkpoint"]["snapshot_id"], s1);
+    let r = node
+        .http
+        .patch(node.url(&format!("/v1/tables/{id}")))
+        .json(&json!({"paused": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+
+    pyiceberg(dir.path(), &["append", "3", "4"]);
+    pyiceberg(dir.path(), &["expire", &s1.to_string()]);
+    let r = node
+        .http
+        .patch(node.url(&format!("/v1/tables/{id}")))
+        .json(&json!({"paused": false}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let table = node.wait_for_state(&id, "error").await;
+    let error = table["last_error"].as_str().unwrap();
+    assert!(
+        error.contains(&s1.to_string()) && error.contains("expired"),
+        "{error}"
+    );
+    let (events, _) = node.all_events(&id, None, 100).await;
+    assert!(
+        events.is_empty(),
+        "nothing is published past a gap in history"
+    );
+    node.shutdown().await;
+}

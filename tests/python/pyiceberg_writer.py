@@ -4,6 +4,7 @@ Usage: pyiceberg_writer.py <catalog-dir> <catalog-name> <command> [args]
   create                 create shop.orders (id long identifier, name string)
   append <first> <last>  append rows with ids first..last; prints the new snapshot id
   delete <id>            delete the row with this id; prints the new snapshot id
+  expire <snapshot-id>   expire one snapshot (it must not be the current one)
 """
 
 import sys
@@ -35,6 +36,8 @@ def main() -> None:
         table.append(pa.Table.from_pylist([{"id": i, "name": f"py{i}"} for i in ids], schema=ARROW))
     elif command == "delete":
         table.delete(f"id == {int(args[0])}")
+    elif command == "expire":
+        table.maintenance.expire_snapshots().by_id(int(args[0])).commit()
     else:
         raise SystemExit(f"unknown command {command}")
     print(table.current_snapshot().snapshot_id)
