@@ -1,7 +1,9 @@
 //! Planning change sets from Iceberg metadata: which snapshots are new since the
 //! checkpoint, and which data files each one added or removed.
 
+pub mod carryover;
 mod lineage;
+pub mod read;
 
 use iceberg::spec::{
     DataContentType, DataFileFormat, ManifestContentType, ManifestStatus, SnapshotRef,
@@ -10,13 +12,16 @@ use iceberg::table::Table;
 
 pub use lineage::{LineageError, Pending, pending_snapshots};
 
-/// An added data file whose rows all become insert events.
+/// A data file a snapshot added or removed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AddedFile {
     /// Location of the data file.
     pub path: String,
     /// Rows in the file, from its manifest entry.
     pub record_count: u64,
+    /// Partition spec id and partition tuple: rows can only be carried over between
+    /// files of the same group.
+    pub group: String,
 }
 
 /// What publishing one snapshot takes.
@@ -24,6 +29,14 @@ pub struct AddedFile {
 pub enum SnapshotPlan {
     /// Only data files were added: every row is an insert.
     Inserts(Vec<AddedFile>),
+    /// Data files were removed (copy-on-write delete, overwrite or compaction): rows of
+    /// removed and added files are compared.
+    Rewrite {
+        /// Files the snapshot removed.
+        removed: Vec<AddedFile>,
+        /// Files the snapshot added.
+        added: Vec<AddedFile>,
+    },
     /// The snapshot changes rows in a way this version cannot compute yet.
     Unsupported(String),
 }
@@ -57,6 +70,7 @@ pub async fn plan_snapshot(
         .await
         .map_err(err)?;
     let mut added = Vec::new();
+    let mut removed = Vec::new();
     for manifest in list.entries() {
         // Only manifests this snapshot wrote can hold entries it added or deleted.
         if manifest.added_snapshot_id != id {
@@ -80,22 +94,29 @@ pub async fn plan_snapshot(
                         .into(),
                 ));
             }
-            if entry.status() == ManifestStatus::Deleted {
-                return Ok(SnapshotPlan::Unsupported(format!(
-                    "it removes data files (operation {}); computing deletes and updates is not supported yet",
-                    snapshot.summary().operation.as_str()
-                )));
-            }
             if let Some(reason) = unreadable(entry.file_format()) {
                 return Ok(SnapshotPlan::Unsupported(reason));
             }
-            added.push(AddedFile {
+            let file = AddedFile {
                 path: entry.file_path().to_string(),
                 record_count: entry.record_count(),
-            });
+                group: format!(
+                    "{}:{:?}",
+                    manifest.partition_spec_id,
+                    entry.data_file().partition()
+                ),
+            };
+            match entry.status() {
+                ManifestStatus::Deleted => removed.push(file),
+                _ => added.push(file),
+            }
         }
     }
-    Ok(SnapshotPlan::Inserts(added))
+    if removed.is_empty() {
+        Ok(SnapshotPlan::Inserts(added))
+    } else {
+        Ok(SnapshotPlan::Rewrite { removed, added })
+    }
 }
 
 /// Every live row of `snapshot` as inserts: the initial export of a table.
@@ -128,6 +149,7 @@ pub async fn plan_export(table: &Table, snapshot: &SnapshotRef) -> Result<Snapsh
             files.push(AddedFile {
                 path: entry.file_path().to_string(),
                 record_count: entry.record_count(),
+                group: String::new(),
             });
         }
     }
@@ -137,4 +159,13 @@ pub async fn plan_export(table: &Table, snapshot: &SnapshotRef) -> Result<Snapsh
 fn unreadable(format: DataFileFormat) -> Option<String> {
     (format != DataFileFormat::Parquet)
         .then(|| format!("it has {format:?} data files; only Parquet data files can be read"))
+}
+
+/// Indexes of the identifier columns among the schema's top-level fields.
+pub fn key_indexes(schema: &iceberg::spec::Schema, identifier_columns: &[String]) -> Vec<usize> {
+    let fields = schema.as_struct().fields();
+    identifier_columns
+        .iter()
+        .filter_map(|name| fields.iter().position(|f| &f.name == name))
+        .collect()
 }

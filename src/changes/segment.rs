@@ -35,6 +35,18 @@ impl ReadSchema {
         let field_ids = schema.as_struct().fields().iter().map(|f| f.id).collect();
         Ok(Self { field_ids, arrow })
     }
+
+    /// The schema of batches [`conform`] produces: the same columns, all nullable and
+    /// without field metadata.
+    pub fn batch_schema(&self) -> SchemaRef {
+        let fields: Vec<Field> = self
+            .arrow
+            .fields()
+            .iter()
+            .map(|f| Field::new(f.name(), f.data_type().clone(), true))
+            .collect();
+        Arc::new(ArrowSchema::new(fields))
+    }
 }
 
 /// Reads segments from the change store, caching their footers.
@@ -53,12 +65,13 @@ impl SegmentReader {
         }
     }
 
-    /// Rows `offset .. offset + count` of segment `key` as batches under `schema`.
+    /// Rows `offset .. offset + count` of segment `key` as batches under `schema`, or as
+    /// written when `schema` is `None` (segments icefeed wrote itself).
     pub async fn read(
         &self,
         key: &str,
         size: u64,
-        schema: &ReadSchema,
+        schema: Option<&ReadSchema>,
         offset: usize,
         count: usize,
     ) -> Result<Vec<RecordBatch>, ChangeStoreError> {
@@ -73,13 +86,10 @@ impl SegmentReader {
                 m
             }
         };
-        let file_schema = metadata.schema().clone();
-        let roots: Vec<usize> = schema
-            .field_ids
-            .iter()
-            .filter_map(|id| column_of(&file_schema, *id))
-            .collect();
-        let mask = ProjectionMask::roots(metadata.metadata().file_metadata().schema_descr(), roots);
+        let mask = match schema {
+            Some(schema) => projection(&metadata, schema),
+            None => ProjectionMask::all(),
+        };
 
         // Only the row groups that overlap the range are read at all.
         let mut groups = Vec::new();
@@ -110,7 +120,10 @@ impl SegmentReader {
             .with_batch_size(count.clamp(1, 8192))
             .build()?;
         let batches: Vec<RecordBatch> = stream.try_collect().await?;
-        batches.iter().map(|b| conform(b, schema)).collect()
+        match schema {
+            Some(schema) => batches.iter().map(|b| conform(b, schema)).collect(),
+            None => Ok(batches),
+        }
     }
 
     fn cached(&self, key: &str) -> Option<ArrowReaderMetadata> {
@@ -126,6 +139,16 @@ impl SegmentReader {
     }
 }
 
+/// The columns of a Parquet file that hold the read schema's fields, by field id.
+pub fn projection(metadata: &ArrowReaderMetadata, schema: &ReadSchema) -> ProjectionMask {
+    let roots: Vec<usize> = schema
+        .field_ids
+        .iter()
+        .filter_map(|id| column_of(metadata.schema(), *id))
+        .collect();
+    ProjectionMask::roots(metadata.metadata().file_metadata().schema_descr(), roots)
+}
+
 /// Index of the top-level column with Iceberg field id `id`.
 fn column_of(schema: &ArrowSchema, id: i32) -> Option<usize> {
     let id = id.to_string();
@@ -137,7 +160,7 @@ fn column_of(schema: &ArrowSchema, id: i32) -> Option<usize> {
 
 /// Arranges a batch read from a file into the read schema's column order: promoted
 /// primitive types are cast (int → long, float → double), absent columns become nulls.
-fn conform(batch: &RecordBatch, schema: &ReadSchema) -> Result<RecordBatch, ChangeStoreError> {
+pub fn conform(batch: &RecordBatch, schema: &ReadSchema) -> Result<RecordBatch, ChangeStoreError> {
     let rows = batch.num_rows();
     let mut fields = Vec::with_capacity(schema.field_ids.len());
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.field_ids.len());

@@ -7,7 +7,14 @@ use std::sync::{Arc, Mutex};
 
 use chrono::SecondsFormat;
 
-use crate::changes::json::{JsonOptions, RecordEncoder, write_json_string};
+use crate::changelog::key_indexes;
+use arrow::array::{Array, AsArray, Int8Array, RecordBatch, StructArray};
+use arrow::datatypes::Int8Type;
+use iceberg::spec::NestedFieldRef;
+
+use crate::changelog::carryover::Op;
+use crate::changes::json::{BoundRecord, JsonOptions, RecordEncoder, write_json_string};
+use crate::changes::writer;
 use crate::changes::{ChangeStoreError, Position, ReadSchema, SegmentReader};
 use crate::store::{SegmentRecord, SourceTable, Store, StoreError, TableId};
 
@@ -48,6 +55,9 @@ pub enum FeedError {
     /// A change set's schema is missing or unreadable.
     #[error("schema {0} of the change set is unavailable: {1}")]
     Schema(i32, String),
+    /// A segment holds something other than what icefeed writes.
+    #[error("segment {0} is corrupt")]
+    Corrupt(String),
     /// Rows could not be encoded.
     #[error("encoding events: {0}")]
     Encode(#[from] crate::changes::json::JsonError),
@@ -144,50 +154,49 @@ impl Feed {
         let offset = (consumed - segment.first_event).max(0) as usize;
         let take = (segment.event_count as usize - offset).min(limit - page.count);
         let entry = self.schema(table.id, segment.schema_id).await?;
-        let batches = self
-            .reader
-            .read(
-                &segment.path,
-                segment.size_bytes as u64,
-                &entry.read,
-                offset,
-                take,
-            )
-            .await?;
-
-        let key_indexes = key_indexes(&entry.schema, &table.identifier_columns);
+        let size = segment.size_bytes as u64;
+        let key = key_indexes(&entry.schema, &table.identifier_columns);
         let fields = entry.schema.as_struct().fields();
         let meta = EventMeta::new(table, segment);
-        let mut index = segment.first_event + offset as i64;
-        for batch in &batches {
-            let encoder = RecordEncoder::try_new(fields, batch.schema().fields(), options)?;
-            let rows = encoder.bind(batch.columns())?;
-            for row in 0..batch.num_rows() {
-                index += 1;
-                let position = Position {
-                    ordinal: segment.ordinal,
-                    consumed: index,
-                };
-                if framing == Framing::JsonArray && page.count > 0 {
-                    page.body.push(b',');
+        let mut writer = EventWriter {
+            page,
+            framing,
+            table: table.id,
+            meta: &meta,
+            ordinal: segment.ordinal,
+            index: segment.first_event + offset as i64,
+        };
+        match segment.layout.as_str() {
+            "inserts" => {
+                let batches = self
+                    .reader
+                    .read(&segment.path, size, Some(&entry.read), offset, take)
+                    .await?;
+                for batch in &batches {
+                    let encoder = RecordEncoder::try_new(fields, batch.schema().fields(), options)?;
+                    let rows = encoder.bind(batch.columns())?;
+                    for row in 0..batch.num_rows() {
+                        writer.write(Op::Insert, &key, None, Some((&rows, row)));
+                    }
                 }
-                let out = &mut page.body;
-                out.extend_from_slice(b"{\"position\":\"");
-                out.extend_from_slice(position.to_cursor(table.id).as_bytes());
-                out.extend_from_slice(b"\",\"op\":\"insert\",\"table\":");
-                out.extend_from_slice(&meta.table);
-                if !key_indexes.is_empty() {
-                    out.extend_from_slice(b",\"key\":");
-                    rows.write_fields(row, &key_indexes, out);
+            }
+            _ => {
+                let batches = self
+                    .reader
+                    .read(&segment.path, size, None, offset, take)
+                    .await?;
+                for batch in &batches {
+                    let change = ChangeColumns::new(batch, fields, options)?;
+                    let before = change.before.bind(change.before_array.columns())?;
+                    let after = change.after.bind(change.after_array.columns())?;
+                    for row in 0..batch.num_rows() {
+                        let op = Op::from_code(change.ops.value(row))
+                            .ok_or(FeedError::Corrupt(segment.path.clone()))?;
+                        let b = change.before_array.is_valid(row).then_some((&before, row));
+                        let a = change.after_array.is_valid(row).then_some((&after, row));
+                        writer.write(op, &key, b, a);
+                    }
                 }
-                out.extend_from_slice(b",\"after\":");
-                rows.write_row(row, out);
-                out.extend_from_slice(&meta.tail);
-                if framing == Framing::Ndjson {
-                    out.push(b'\n');
-                }
-                page.count += 1;
-                page.next = position;
             }
         }
         Ok(())
@@ -220,15 +229,6 @@ impl Feed {
     }
 }
 
-/// Indexes of the identifier columns among the schema's top-level fields.
-fn key_indexes(schema: &iceberg::spec::Schema, identifier_columns: &[String]) -> Vec<usize> {
-    let fields = schema.as_struct().fields();
-    identifier_columns
-        .iter()
-        .filter_map(|name| fields.iter().position(|f| &f.name == name))
-        .collect()
-}
-
 /// The parts of an event that are the same for every row of a segment, pre-encoded.
 struct EventMeta {
     /// The table name as a JSON string.
@@ -254,5 +254,95 @@ impl EventMeta {
         )
         .expect("writing to a Vec");
         Self { table: name, tail }
+    }
+}
+
+/// The columns of a `changes` segment batch, with encoders for both images.
+struct ChangeColumns<'a> {
+    ops: &'a Int8Array,
+    before_array: &'a StructArray,
+    after_array: &'a StructArray,
+    before: RecordEncoder,
+    after: RecordEncoder,
+}
+
+impl<'a> ChangeColumns<'a> {
+    fn new(
+        batch: &'a RecordBatch,
+        fields: &[NestedFieldRef],
+        options: &JsonOptions,
+    ) -> Result<Self, FeedError> {
+        let corrupt = || FeedError::Corrupt("changes segment".into());
+        let column = |name| batch.column_by_name(name).ok_or_else(corrupt);
+        let ops = column(writer::OP)?
+            .as_primitive_opt::<Int8Type>()
+            .ok_or_else(corrupt)?;
+        let before_array = column(writer::BEFORE)?
+            .as_struct_opt()
+            .ok_or_else(corrupt)?;
+        let after_array = column(writer::AFTER)?.as_struct_opt().ok_or_else(corrupt)?;
+        Ok(Self {
+            ops,
+            before: RecordEncoder::try_new(fields, before_array.fields(), options)?,
+            after: RecordEncoder::try_new(fields, after_array.fields(), options)?,
+            before_array,
+            after_array,
+        })
+    }
+}
+
+/// Appends events to a page, tracking positions.
+struct EventWriter<'a> {
+    page: &'a mut Page,
+    framing: Framing,
+    table: TableId,
+    meta: &'a EventMeta,
+    ordinal: i64,
+    /// Events of the change set before the next one.
+    index: i64,
+}
+
+impl EventWriter<'_> {
+    fn write(
+        &mut self,
+        op: Op,
+        key: &[usize],
+        before: Option<(&BoundRecord<'_>, usize)>,
+        after: Option<(&BoundRecord<'_>, usize)>,
+    ) {
+        self.index += 1;
+        let position = Position {
+            ordinal: self.ordinal,
+            consumed: self.index,
+        };
+        let page = &mut *self.page;
+        if self.framing == Framing::JsonArray && page.count > 0 {
+            page.body.push(b',');
+        }
+        let out = &mut page.body;
+        out.extend_from_slice(b"{\"position\":\"");
+        out.extend_from_slice(position.to_cursor(self.table).as_bytes());
+        out.extend_from_slice(b"\",\"op\":\"");
+        out.extend_from_slice(op.as_str().as_bytes());
+        out.extend_from_slice(b"\",\"table\":");
+        out.extend_from_slice(&self.meta.table);
+        if let Some((rows, row)) = after.or(before).filter(|_| !key.is_empty()) {
+            out.extend_from_slice(b",\"key\":");
+            rows.write_fields(row, key, out);
+        }
+        if let Some((rows, row)) = before {
+            out.extend_from_slice(b",\"before\":");
+            rows.write_row(row, out);
+        }
+        if let Some((rows, row)) = after {
+            out.extend_from_slice(b",\"after\":");
+            rows.write_row(row, out);
+        }
+        out.extend_from_slice(&self.meta.tail);
+        if self.framing == Framing::Ndjson {
+            out.push(b'\n');
+        }
+        page.count += 1;
+        page.next = position;
     }
 }

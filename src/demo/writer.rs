@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use arrow::compute::concat_batches;
+use futures::{StreamExt, TryStreamExt};
 use iceberg::arrow::RecordBatchPartitionSplitter;
 use iceberg::io::LocalFsStorageFactory;
 use iceberg::spec::{DataFile, DataFileFormat, PartitionKey, Schema, Struct, UnboundPartitionSpec};
@@ -169,9 +170,9 @@ pub async fn write_data_files(
             DataFileFormat::Parquet,
         ),
     );
-    let builder = DataFileWriterBuilder::new(rolling);
 
-    let mut files = Vec::new();
+    // One job per output file; a fresh writer per job closes its file, so jobs never share one.
+    let mut jobs = Vec::new();
     for (key, parts) in groups {
         let rows: usize = parts.iter().map(RecordBatch::num_rows).sum();
         if rows == 0 {
@@ -181,17 +182,31 @@ pub async fn write_data_files(
         let all = concat_batches(&parts[0].schema(), &parts).map_err(|e| {
             Error::new(ErrorKind::DataInvalid, "batches differ in schema").with_source(e)
         })?;
-        let mut offset = 0;
-        while offset < rows {
-            let len = chunk.min(rows - offset);
-            // A fresh writer per chunk closes the file, so chunks never share one.
-            let mut writer = builder.build(key.clone()).await?;
-            writer.write(all.slice(offset, len)).await?;
-            files.extend(writer.close().await?);
-            offset += len;
+        for offset in (0..rows).step_by(chunk) {
+            jobs.push((key.clone(), all.slice(offset, chunk.min(rows - offset))));
         }
     }
-    Ok(files)
+
+    // Parquet encoding is CPU-bound: spawned tasks let a multi-threaded runtime use every core.
+    let parallelism = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let written: Vec<Vec<DataFile>> =
+        futures::stream::iter(jobs.into_iter().map(|(key, batch)| {
+            let rolling = rolling.clone();
+            tokio::spawn(async move {
+                let mut writer = DataFileWriterBuilder::new(rolling).build(key).await?;
+                writer.write(batch).await?;
+                writer.close().await
+            })
+        }))
+        .buffer_unordered(parallelism)
+        .map(|joined| {
+            joined.map_err(|e| {
+                Error::new(ErrorKind::Unexpected, "writer task failed").with_source(e)
+            })?
+        })
+        .try_collect()
+        .await?;
+    Ok(written.into_iter().flatten().collect())
 }
 
 fn io_err(e: std::io::Error) -> Error {
@@ -202,7 +217,6 @@ fn io_err(e: std::io::Error) -> Error {
 mod tests {
     use arrow::array::{Array, AsArray};
     use arrow::datatypes::Int64Type;
-    use futures::TryStreamExt;
     use iceberg::spec::{NestedField, PrimitiveType, Type};
 
     use super::*;

@@ -1,6 +1,7 @@
 //! Background work: the scheduler that keeps every registered table's feed up to date.
 
 mod heartbeat;
+mod rewrite;
 mod scheduler;
 mod sync;
 

@@ -7,8 +7,9 @@ use iceberg::spec::SnapshotRef;
 use iceberg::table::Table;
 use tokio_util::sync::CancellationToken;
 
+use super::rewrite::Rewrite;
 use crate::catalog::{CatalogConfig, CatalogError, parse_ident};
-use crate::changelog::{self, LineageError, PlanError, SnapshotPlan};
+use crate::changelog::{self, AddedFile, LineageError, PlanError, SnapshotPlan};
 use crate::changes::{ChangeStore, ChangeStoreError};
 use crate::store::{Lease, NewChangeSet, NewSegment, PollOutcome, SourceTable, Store, StoreError};
 
@@ -104,27 +105,17 @@ impl TableSync<'_> {
         Ok(outcome(&pending.head, &[]))
     }
 
-    async fn publish(
+    /// Copies added data files as `inserts` segments, concurrently but in order.
+    async fn copy_inserts(
         &self,
         table: &SourceTable,
         iceberg: &Table,
-        snapshot: &SnapshotRef,
-        plan: SnapshotPlan,
-        kind: &'static str,
-    ) -> Result<(), SyncError> {
-        let snapshot_id = snapshot.snapshot_id();
-        let files = match plan {
-            SnapshotPlan::Inserts(files) => files,
-            SnapshotPlan::Unsupported(reason) => {
-                return Err(SyncError::Table {
-                    message: format!("cannot publish snapshot {snapshot_id}: {reason}"),
-                    snapshot: Some(snapshot_id),
-                });
-            }
-        };
+        snapshot_id: i64,
+        files: Vec<AddedFile>,
+    ) -> Result<Vec<NewSegment>, SyncError> {
         // Each copy owns what it needs, so copies run concurrently yet land in order.
         let copies = files
-            .iter()
+            .into_iter()
             .enumerate()
             .filter(|(_, f)| f.record_count > 0)
             .map(|(n, file)| {
@@ -134,13 +125,12 @@ impl TableSync<'_> {
                     iceberg.file_io().clone(),
                     self.stop.clone(),
                 );
-                let (path, rows) = (file.path.clone(), file.record_count);
                 async move {
                     if stop.is_cancelled() {
                         return Err(SyncError::Abandoned);
                     }
                     let stored = changes
-                        .copy_data_file(&file_io, &path, rows, &key)
+                        .copy_data_file(&file_io, &file.path, file.record_count, &key)
                         .await
                         .map_err(|e| copy_error(e, snapshot_id))?;
                     Ok(NewSegment {
@@ -152,16 +142,49 @@ impl TableSync<'_> {
                 }
             })
             .collect::<Vec<_>>();
-        let segments: Vec<NewSegment> = futures::stream::iter(copies)
+        futures::stream::iter(copies)
             .buffered(self.file_concurrency)
             .try_collect()
-            .await?;
+            .await
+    }
 
+    async fn publish(
+        &self,
+        table: &SourceTable,
+        iceberg: &Table,
+        snapshot: &SnapshotRef,
+        plan: SnapshotPlan,
+        kind: &'static str,
+    ) -> Result<(), SyncError> {
+        let snapshot_id = snapshot.snapshot_id();
         let metadata = iceberg.metadata();
         let schema = snapshot
             .schema_id()
             .and_then(|id| metadata.schema_by_id(id))
             .unwrap_or_else(|| metadata.current_schema());
+        let segments = match plan {
+            SnapshotPlan::Inserts(files) => {
+                self.copy_inserts(table, iceberg, snapshot_id, files)
+                    .await?
+            }
+            SnapshotPlan::Rewrite { removed, added } => {
+                let rewrite = Rewrite {
+                    table,
+                    file_io: iceberg.file_io(),
+                    snapshot,
+                    schema,
+                    changes: self.changes,
+                    file_concurrency: self.file_concurrency,
+                };
+                rewrite.compute(removed, added).await?
+            }
+            SnapshotPlan::Unsupported(reason) => {
+                return Err(SyncError::Table {
+                    message: format!("cannot publish snapshot {snapshot_id}: {reason}"),
+                    snapshot: Some(snapshot_id),
+                });
+            }
+        };
         let change_set = NewChangeSet {
             snapshot_id,
             sequence_number: snapshot.sequence_number(),
@@ -207,7 +230,7 @@ fn lineage_error(e: LineageError, checkpoint: Option<i64>) -> SyncError {
     }
 }
 
-fn copy_error(e: ChangeStoreError, snapshot: i64) -> SyncError {
+pub(super) fn copy_error(e: ChangeStoreError, snapshot: i64) -> SyncError {
     match e {
         ChangeStoreError::Corrupt(reason) => SyncError::Table {
             message: format!("cannot publish snapshot {snapshot}: {reason}"),

@@ -1,5 +1,6 @@
 //! Interop with pyiceberg: a table written by Python in a SQL catalog that icefeed reads
-//! through the iceberg crate; a snapshot that removes rows stops the table with a clear error.
+//! through the iceberg crate, including copy-on-write deletes; keys that are not unique
+//! stop the table with a clear error.
 
 use std::process::Command;
 
@@ -37,7 +38,7 @@ fn pyiceberg(dir: &std::path::Path, args: &[&str]) -> i64 {
 }
 
 #[tokio::test]
-async fn a_pyiceberg_table_flows_and_a_delete_stops_it_clearly() {
+async fn a_pyiceberg_table_flows_through_appends_and_deletes() {
     let dir = tempfile::tempdir().unwrap();
     pyiceberg(dir.path(), &["create"]);
     let s1 = pyiceberg(dir.path(), &["append", "1", "3"]);
@@ -74,21 +75,34 @@ async fn a_pyiceberg_table_flows_and_a_delete_stops_it_clearly() {
             .all(|e| e["key"] == json!({"id": e["after"]["id"]}))
     );
 
-    // A delete removes rows: not computed yet, so the table stops and says why.
+    // A delete rewrites the file that held the row: the other rows are carryover.
     let s3 = pyiceberg(dir.path(), &["delete", "2"]);
+    node.wait_for_checkpoint(&id, s3).await;
+    let (events, next) = node.all_events(&id, None, 100).await;
+    let deletes: Vec<_> = events.iter().filter(|e| e["snapshot_id"] == s3).collect();
+    assert_eq!(deletes.len(), 1, "{deletes:?}");
+    assert_eq!(deletes[0]["op"], "delete");
+    assert_eq!(deletes[0]["key"], json!({"id": 2}));
+    assert_eq!(deletes[0]["before"], json!({"id": 2, "name": "py2"}));
+    assert!(deletes[0].get("after").is_none());
+
+    // Identifier columns that are not unique stop the table with the key in the message.
+    let s4 = pyiceberg(dir.path(), &["append-twice", "6"]);
+    node.wait_for_checkpoint(&id, s4).await;
+    let s5 = pyiceberg(dir.path(), &["delete", "6"]);
     let table = node.wait_for_state(&id, "error").await;
-    assert_eq!(table["error_snapshot_id"], s3);
+    assert_eq!(table["error_snapshot_id"], s5);
     let error = table["last_error"].as_str().unwrap();
     assert!(
-        error.contains(&s3.to_string()) && error.contains("removes"),
+        error.contains(&s5.to_string()) && error.contains(r#"{"id":6}"#),
         "{error}"
     );
     assert_eq!(
-        table["checkpoint"]["snapshot_id"], s2,
+        table["checkpoint"]["snapshot_id"], s4,
         "nothing published past the error"
     );
-    let (after, _) = node.all_events(&id, None, 100).await;
-    assert_eq!(after.len(), 5);
+    let (after, _) = node.all_events(&id, Some(&next), 100).await;
+    assert_eq!(after.len(), 2, "only the two inserts of s4: {after:?}");
 
     // Resuming retries, and the same snapshot stops it again: never a silent skip.
     let r = node

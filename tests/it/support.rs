@@ -114,12 +114,19 @@ impl Node {
 
     /// Waits until the table's checkpoint is `snapshot_id` and returns the table.
     pub async fn wait_for_checkpoint(&self, id: &str, snapshot_id: i64) -> Value {
-        wait_until(Duration::from_secs(30), || async {
+        let start = Instant::now();
+        loop {
             let (_, t) = self.get(&format!("/v1/tables/{id}")).await;
             assert_ne!(t["state"], "error", "table went to error: {t}");
-            (t["checkpoint"]["snapshot_id"].as_i64() == Some(snapshot_id)).then_some(t)
-        })
-        .await
+            if t["checkpoint"]["snapshot_id"].as_i64() == Some(snapshot_id) {
+                return t;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "checkpoint {snapshot_id} not reached: {t}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Waits until the table is in `state` and returns it.

@@ -3,6 +3,7 @@
 Usage: pyiceberg_writer.py <catalog-dir> <catalog-name> <command> [args]
   create                 create shop.orders (id long identifier, name string)
   append <first> <last>  append rows with ids first..last; prints the new snapshot id
+  append-twice <id>      append two rows with this id in one snapshot (a key that is not unique)
   delete <id>            delete the row with this id; prints the new snapshot id
   expire <snapshot-id>   expire one snapshot (it must not be the current one)
 """
@@ -34,6 +35,9 @@ def main() -> None:
         first, last = int(args[0]), int(args[1])
         ids = list(range(first, last + 1))
         table.append(pa.Table.from_pylist([{"id": i, "name": f"py{i}"} for i in ids], schema=ARROW))
+    elif command == "append-twice":
+        rows = [{"id": int(args[0]), "name": f"py{args[0]}{suffix}"} for suffix in "ab"]
+        table.append(pa.Table.from_pylist(rows, schema=ARROW))
     elif command == "delete":
         table.delete(f"id == {int(args[0])}")
     elif command == "expire":

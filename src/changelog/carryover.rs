@@ -1,0 +1,352 @@
+//! Carryover removal and update pairing: the row-level heart of copy-on-write changes.
+//!
+//! A copy-on-write commit rewrites whole files, copying most rows unchanged. Within one
+//! partition group the rows of the removed files and of the added files are compared as
+//! multisets of whole rows; identical rows cancel pairwise (duplicates counted). What
+//! survives is the real change, which is then paired by identifier columns.
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+
+use arrow::array::{RecordBatch, UInt32Array};
+use arrow::compute::{concat_batches, take_record_batch};
+use arrow::datatypes::SchemaRef;
+use arrow::error::ArrowError;
+use arrow::row::{RowConverter, Rows, SortField};
+
+/// What a change row is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Op {
+    /// A new row (`after`).
+    Insert = 0,
+    /// A removed row (`before`).
+    Delete = 1,
+    /// A row whose non-key values changed (`before` and `after`).
+    Update = 2,
+}
+
+impl Op {
+    /// The event name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Insert => "insert",
+            Op::Delete => "delete",
+            Op::Update => "update",
+        }
+    }
+
+    /// The code stored in segments.
+    pub fn code(self) -> i8 {
+        self as i8
+    }
+
+    /// The op of a stored code.
+    pub fn from_code(code: i8) -> Option<Self> {
+        match code {
+            0 => Some(Op::Insert),
+            1 => Some(Op::Delete),
+            2 => Some(Op::Update),
+            _ => None,
+        }
+    }
+}
+
+/// One change: indexes into the surviving deleted and inserted rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChangeRow {
+    /// What happened.
+    pub op: Op,
+    /// Row of the deleted side (`before`).
+    pub before: Option<u32>,
+    /// Row of the inserted side (`after`).
+    pub after: Option<u32>,
+}
+
+/// Rows that survived carryover removal, all in the snapshot's schema.
+#[derive(Clone, Debug)]
+pub struct Survivors {
+    /// Rows removed for real.
+    pub deleted: RecordBatch,
+    /// Rows added for real.
+    pub inserted: RecordBatch,
+}
+
+/// Cancels rows that appear identically in `removed` and `added` (a multiset difference).
+pub fn cancel_carryover(
+    schema: &SchemaRef,
+    removed: &[RecordBatch],
+    added: &[RecordBatch],
+) -> Result<Survivors, ArrowError> {
+    let removed = concat_batches(schema, removed)?;
+    let added = concat_batches(schema, added)?;
+    let converter = converter_for(schema, &(0..schema.fields().len()).collect::<Vec<_>>())?;
+    let removed_rows = converter.convert_columns(removed.columns())?;
+    let added_rows = converter.convert_columns(added.columns())?;
+
+    let mut unmatched: HashMap<_, Vec<u32>> = HashMap::with_capacity(removed.num_rows());
+    for (i, row) in removed_rows.iter().enumerate() {
+        unmatched.entry(row).or_default().push(i as u32);
+    }
+    let mut inserted = Vec::new();
+    for (i, row) in added_rows.iter().enumerate() {
+        match unmatched.get_mut(&row) {
+            Some(copies) if !copies.is_empty() => {
+                copies.pop();
+            }
+            _ => inserted.push(i as u32),
+        }
+    }
+    let mut deleted: Vec<u32> = unmatched.into_values().flatten().collect();
+    deleted.sort_unstable();
+    Ok(Survivors {
+        deleted: take_record_batch(&removed, &UInt32Array::from(deleted))?,
+        inserted: take_record_batch(&added, &UInt32Array::from(inserted))?,
+    })
+}
+
+/// Two rows on the same side with the same key: the identifier columns are not unique.
+#[derive(Debug, thiserror::Error)]
+#[error("two {side} rows share one key (row {first} and row {second})")]
+pub struct DuplicateKey {
+    /// `deleted` or `inserted`.
+    pub side: &'static str,
+    /// Index of the first row with the key on that side.
+    pub first: u32,
+    /// Index of the second.
+    pub second: u32,
+}
+
+/// Pairs surviving deletes and inserts by the columns at `key`: same key on both sides
+/// is an update. Without key columns nothing pairs. The order is deterministic (by key,
+/// or by whole row without keys), so every node produces the same change set.
+pub fn pair(survivors: &Survivors, key: &[usize]) -> Result<Vec<ChangeRow>, PairError> {
+    let schema = survivors.deleted.schema();
+    let columns: Vec<usize> = if key.is_empty() {
+        (0..schema.fields().len()).collect()
+    } else {
+        key.to_vec()
+    };
+    let converter = converter_for(&schema, &columns)?;
+    let project = |b: &RecordBatch| {
+        columns
+            .iter()
+            .map(|&i| b.column(i).clone())
+            .collect::<Vec<_>>()
+    };
+    let deleted = converter.convert_columns(&project(&survivors.deleted))?;
+    let inserted = converter.convert_columns(&project(&survivors.inserted))?;
+
+    if key.is_empty() {
+        let mut changes: Vec<(Vec<u8>, ChangeRow)> = Vec::new();
+        for (i, row) in deleted.iter().enumerate() {
+            let change = ChangeRow {
+                op: Op::Delete,
+                before: Some(i as u32),
+                after: None,
+            };
+            changes.push((row.as_ref().to_vec(), change));
+        }
+        for (i, row) in inserted.iter().enumerate() {
+            let change = ChangeRow {
+                op: Op::Insert,
+                before: None,
+                after: Some(i as u32),
+            };
+            changes.push((row.as_ref().to_vec(), change));
+        }
+        changes.sort_by(|a, b| (a.1.op == Op::Insert, &a.0).cmp(&(b.1.op == Op::Insert, &b.0)));
+        return Ok(changes.into_iter().map(|(_, c)| c).collect());
+    }
+
+    let before = index_unique(&deleted, "deleted")?;
+    let after = index_unique(&inserted, "inserted")?;
+    let mut keys: Vec<&[u8]> = before.keys().chain(after.keys()).copied().collect();
+    keys.sort_unstable();
+    keys.dedup();
+    Ok(keys
+        .into_iter()
+        .map(|k| {
+            let (b, a) = (before.get(k).copied(), after.get(k).copied());
+            let op = match (b, a) {
+                (Some(_), Some(_)) => Op::Update,
+                (Some(_), None) => Op::Delete,
+                _ => Op::Insert,
+            };
+            ChangeRow {
+                op,
+                before: b,
+                after: a,
+            }
+        })
+        .collect())
+}
+
+/// Failures of pairing.
+#[derive(Debug, thiserror::Error)]
+pub enum PairError {
+    /// The identifier columns are not unique on one side.
+    #[error(transparent)]
+    DuplicateKey(#[from] DuplicateKey),
+    /// Converting rows failed.
+    #[error(transparent)]
+    Arrow(#[from] ArrowError),
+}
+
+fn index_unique<'a>(
+    rows: &'a Rows,
+    side: &'static str,
+) -> Result<HashMap<&'a [u8], u32>, DuplicateKey> {
+    let mut index = HashMap::with_capacity(rows.num_rows());
+    for (i, row) in rows.iter().enumerate() {
+        match index.entry(row.data()) {
+            Entry::Vacant(v) => {
+                v.insert(i as u32);
+            }
+            Entry::Occupied(o) => {
+                return Err(DuplicateKey {
+                    side,
+                    first: *o.get(),
+                    second: i as u32,
+                });
+            }
+        }
+    }
+    Ok(index)
+}
+
+fn converter_for(schema: &SchemaRef, columns: &[usize]) -> Result<RowConverter, ArrowError> {
+    RowConverter::new(
+        columns
+            .iter()
+            .map(|&i| SortField::new(schema.field(i).data_type().clone()))
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Int64Array, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("v", DataType::Utf8, true),
+        ]))
+    }
+
+    fn rows(data: &[(i64, &str)]) -> RecordBatch {
+        RecordBatch::try_new(
+            schema(),
+            vec![
+                Arc::new(Int64Array::from(
+                    data.iter().map(|r| r.0).collect::<Vec<_>>(),
+                )),
+                Arc::new(StringArray::from(
+                    data.iter().map(|r| r.1).collect::<Vec<_>>(),
+                )),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn ids(batch: &RecordBatch) -> Vec<i64> {
+        batch
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap()
+            .values()
+            .to_vec()
+    }
+
+    fn changes(
+        removed: &[(i64, &str)],
+        added: &[(i64, &str)],
+        key: &[usize],
+    ) -> Vec<(Op, Option<i64>, Option<i64>)> {
+        let s = cancel_carryover(&schema(), &[rows(removed)], &[rows(added)]).unwrap();
+        let (d, i) = (ids(&s.deleted), ids(&s.inserted));
+        pair(&s, key)
+            .unwrap()
+            .into_iter()
+            .map(|c| {
+                (
+                    c.op,
+                    c.before.map(|b| d[b as usize]),
+                    c.after.map(|a| i[a as usize]),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_rewrite_that_copies_rows_unchanged_has_no_changes() {
+        let same = [(1, "a"), (2, "b"), (3, "c")];
+        assert!(changes(&same, &same, &[0]).is_empty());
+        assert!(
+            changes(&same, &[(3, "c"), (1, "a"), (2, "b")], &[]).is_empty(),
+            "order does not matter"
+        );
+    }
+
+    #[test]
+    fn changed_rows_pair_into_updates_and_the_rest_stay_lone() {
+        let got = changes(
+            &[(1, "a"), (2, "b"), (3, "c")],
+            &[(1, "a"), (2, "B"), (4, "d")],
+            &[0],
+        );
+        assert_eq!(
+            got,
+            vec![
+                (Op::Update, Some(2), Some(2)),
+                (Op::Delete, Some(3), None),
+                (Op::Insert, None, Some(4))
+            ]
+        );
+    }
+
+    #[test]
+    fn duplicates_are_counted_not_collapsed() {
+        // Two identical rows removed, one written back: one delete remains.
+        let got = changes(&[(1, "a"), (1, "a")], &[(1, "a")], &[]);
+        assert_eq!(got, vec![(Op::Delete, Some(1), None)]);
+        let got = changes(&[(1, "a")], &[(1, "a"), (1, "a")], &[]);
+        assert_eq!(got, vec![(Op::Insert, None, Some(1))]);
+    }
+
+    #[test]
+    fn without_keys_deletes_and_inserts_never_pair() {
+        let got = changes(&[(1, "a")], &[(1, "b")], &[]);
+        assert_eq!(
+            got,
+            vec![(Op::Delete, Some(1), None), (Op::Insert, None, Some(1))]
+        );
+    }
+
+    #[test]
+    fn a_key_twice_on_one_side_is_an_error() {
+        let s = cancel_carryover(&schema(), &[rows(&[(1, "a"), (1, "b")])], &[rows(&[])]).unwrap();
+        let err = pair(&s, &[0]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                PairError::DuplicateKey(DuplicateKey {
+                    side: "deleted",
+                    ..
+                })
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_delete_and_reinsert_of_the_same_row_is_carryover() {
+        assert!(changes(&[(1, "a")], &[(1, "a")], &[0]).is_empty());
+    }
+}
