@@ -75,6 +75,7 @@ fn routes() -> OpenApiRouter<AppState> {
             tables::update_table,
             tables::delete_table
         ))
+        .routes(routes!(tables::retry_table))
         .routes(routes!(changes::get_changes))
         .routes(routes!(changes::get_schema))
         .routes(routes!(health::healthz))

@@ -118,6 +118,28 @@ async fn a_pyiceberg_table_flows_through_appends_and_deletes() {
         (t["state"] == "error" && t["last_polled_at"] != table["last_polled_at"]).then_some(())
     })
     .await;
+    let r = node
+        .http
+        .post(node.url(&format!("/v1/tables/{s1}/retry")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400, "not a table id");
+    let r = node
+        .http
+        .patch(node.url(&format!("/v1/tables/{id}")))
+        .json(&json!({"paused": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let r = node
+        .http
+        .post(node.url(&format!("/v1/tables/{id}/retry")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 409, "a paused table is resumed, not retried");
     node.shutdown().await;
 }
 

@@ -175,3 +175,41 @@ pub async fn delete_table(
     });
     Ok(StatusCode::NO_CONTENT)
 }
+
+/// Retry a table in the error state: the scheduler polls it again at once.
+#[utoipa::path(
+    post, path = "/v1/tables/{id}/retry", tag = TAG, operation_id = "retryTable",
+    params(("id" = String, Path, description = "Table id")),
+    responses(
+        (status = 200, description = "The table, active again", body = TableView),
+        (status = 400, description = "Not a table id", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such table", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The table is not in the error state", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn retry_table(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<axum::Json<TableView>, ApiError> {
+    let table = load(&state, &id).await?;
+    if table.state != crate::store::TableState::Error {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "table_not_in_error",
+            format!(
+                "the table is {}; only a table in the error state can be retried",
+                serde_json::to_value(table.state)
+                    .expect("state serializes")
+                    .as_str()
+                    .unwrap_or("")
+            ),
+        ));
+    }
+    let table = state
+        .store
+        .update_table(table.id, Some(false), None)
+        .await
+        .map_err(not_found)?;
+    state.wake_scheduler();
+    Ok(axum::Json(TableView::from(&table)))
+}
