@@ -2,12 +2,14 @@
 # The test command: scripts/test.sh [extra cargo test arguments]
 #
 # Makes sure the services the tests need are there (a local PostgreSQL via
-# scripts/postgres.sh, the pyiceberg virtualenv via scripts/python-env.sh),
+# scripts/postgres.sh, the pyiceberg virtualenv via scripts/python-env.sh, the
+# Iceberg REST fixture server via scripts/rest-fixture.sh),
 # then runs `cargo test --locked "$@"`.
 #
 # Environment:
 #   ICEFEED_TEST_DATABASE_URL  set it to test against another server (skips postgres.sh)
 #   ICEFEED_TEST_PYTHON        set it to use another Python (skips python-env.sh)
+#   ICEFEED_TEST_REST_FIXTURE  classpath of the REST fixture server (skips rest-fixture.sh)
 #   CARGO_TARGET_DIR           default $HOME/.cache/icefeed/target, shared by all clones
 #
 # Examples: scripts/test.sh
@@ -24,7 +26,10 @@ fi
 if [[ -z ${ICEFEED_TEST_PYTHON:-} ]]; then
     ICEFEED_TEST_PYTHON=$(scripts/python-env.sh)
 fi
-export ICEFEED_TEST_DATABASE_URL ICEFEED_TEST_PYTHON
+if [[ -z ${ICEFEED_TEST_REST_FIXTURE:-} ]]; then
+    ICEFEED_TEST_REST_FIXTURE=$(scripts/rest-fixture.sh)
+fi
+export ICEFEED_TEST_DATABASE_URL ICEFEED_TEST_PYTHON ICEFEED_TEST_REST_FIXTURE
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/icefeed/target}
 export RUST_BACKTRACE=${RUST_BACKTRACE:-1}
 

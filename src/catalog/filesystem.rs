@@ -32,17 +32,25 @@ pub(super) async fn load(
         .build();
     let table = StaticTable::from_metadata_file(&location, ident.clone(), file_io)
         .await
-        .map_err(|e| match e.kind() {
-            iceberg::ErrorKind::Unexpected if !exists(&location) => {
+        // The local file system reports a missing file as `DataInvalid`, not by a kind of
+        // its own: a local metadata file that is not there is no table, whatever the kind.
+        .map_err(|e| {
+            if missing_locally(&location) {
                 CatalogError::TableNotFound(display_ident(ident))
+            } else {
+                CatalogError::Iceberg(e)
             }
-            _ => CatalogError::Iceberg(e),
         })?;
     Ok(table.into_table())
 }
 
-fn exists(location: &str) -> bool {
-    Path::new(location.strip_prefix("file://").unwrap_or(location)).exists()
+/// A local path (plain, `file:/…` or `file:///…`) where there is no file.
+fn missing_locally(location: &str) -> bool {
+    let path = location
+        .strip_prefix("file://")
+        .or_else(|| location.strip_prefix("file:"))
+        .unwrap_or(location);
+    !path.contains("://") && !Path::new(path).exists()
 }
 
 fn local_dir(warehouse: &str) -> Result<PathBuf, CatalogError> {

@@ -1,5 +1,6 @@
 //! Integration tests: a real PostgreSQL, real Iceberg tables, real HTTP.
 
+mod catalogs;
 mod errors;
 mod feed;
 mod fixtures;
