@@ -144,13 +144,7 @@ async fn start_positions_choose_where_the_feed_begins() {
             .collect();
         got.sort_by_key(|(_, id)| *id);
         assert_eq!(got, expected, "start {start}");
-        let r = node
-            .http
-            .delete(node.url(&format!("/v1/tables/{id}")))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 204);
+        assert_eq!(node.delete(&format!("/v1/tables/{id}")).await, 204);
     }
 
     // `latest` publishes only what is committed after registration.
@@ -205,14 +199,7 @@ async fn pause_resume_delete_and_operations_endpoints() {
         .await;
     node.wait_for_checkpoint(&id, head(&t)).await;
 
-    let r = node
-        .http
-        .patch(node.url(&format!("/v1/tables/{id}")))
-        .json(&json!({"paused": true}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    node.set_paused(&id, true).await;
     let t2 = wh.append(&t, &[orders(3..=3)]).await;
     tokio::time::sleep(std::time::Duration::from_millis(600)).await;
     let (_, table) = node.get(&format!("/v1/tables/{id}")).await;
@@ -222,14 +209,7 @@ async fn pause_resume_delete_and_operations_endpoints() {
         head(&t),
         "a paused table is not polled"
     );
-    let r = node
-        .http
-        .patch(node.url(&format!("/v1/tables/{id}")))
-        .json(&json!({"paused": false}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    node.set_paused(&id, false).await;
     node.wait_for_checkpoint(&id, head(&t2)).await;
 
     let (status, health) = node.get("/healthz").await;
@@ -252,13 +232,7 @@ async fn pause_resume_delete_and_operations_endpoints() {
 
     let (_, list) = node.get("/v1/tables").await;
     assert_eq!(list["tables"].as_array().unwrap().len(), 1);
-    let r = node
-        .http
-        .delete(node.url(&format!("/v1/tables/{id}")))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 204);
+    assert_eq!(node.delete(&format!("/v1/tables/{id}")).await, 204);
     let (status, problem) = node.get(&format!("/v1/tables/{id}")).await;
     assert_eq!(
         (status, problem["code"].as_str()),

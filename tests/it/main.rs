@@ -6,5 +6,6 @@ mod feed;
 mod fixtures;
 mod nodes;
 mod openapi;
+mod oracle;
 mod pyiceberg;
 mod support;

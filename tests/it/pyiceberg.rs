@@ -37,6 +37,19 @@ fn pyiceberg(dir: &std::path::Path, args: &[&str]) -> i64 {
         .unwrap_or(0)
 }
 
+/// The registration body of the pyiceberg table in `dir`, with `extra` fields.
+fn registration(dir: &std::path::Path, extra: serde_json::Value) -> serde_json::Value {
+    let mut body = json!({
+        "catalog": {"type": "sql", "uri": format!("sqlite:{}/catalog.db", dir.display()),
+                    "warehouse": format!("file://{}/warehouse", dir.display()), "name": "py"},
+        "table": "shop.orders", "poll_interval_ms": 100,
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    body
+}
+
 #[tokio::test]
 async fn a_pyiceberg_table_flows_through_appends_and_deletes() {
     let dir = tempfile::tempdir().unwrap();
@@ -44,12 +57,7 @@ async fn a_pyiceberg_table_flows_through_appends_and_deletes() {
     let s1 = pyiceberg(dir.path(), &["append", "1", "3"]);
     let store = tempfile::tempdir().unwrap();
     let node = Node::start(test_settings(&fresh_database().await, store.path())).await;
-    let body = json!({
-        "catalog": {"type": "sql", "uri": format!("sqlite:{}/catalog.db", dir.path().display()),
-                    "warehouse": format!("file://{}/warehouse", dir.path().display()), "name": "py"},
-        "table": "shop.orders", "poll_interval_ms": 100,
-    });
-    let id = node.register(&body).await;
+    let id = node.register(&registration(dir.path(), json!({}))).await;
     node.wait_for_checkpoint(&id, s1).await;
 
     let s2 = pyiceberg(dir.path(), &["append", "4", "5"]);
@@ -104,42 +112,33 @@ async fn a_pyiceberg_table_flows_through_appends_and_deletes() {
     let (after, _) = node.all_events(&id, Some(&next), 100).await;
     assert_eq!(after.len(), 2, "only the two inserts of s4: {after:?}");
 
-    // Resuming retries, and the same snapshot stops it again: never a silent skip.
-    let r = node
-        .http
-        .patch(node.url(&format!("/v1/tables/{id}")))
-        .json(&json!({"paused": false}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    // Retrying polls again, and the same snapshot stops it again: never a silent skip.
+    let (status, retried) = node
+        .post(&format!("/v1/tables/{id}/retry"), &json!({}))
+        .await;
+    assert_eq!(
+        (status, retried["state"].as_str()),
+        (200, Some("active")),
+        "{retried}"
+    );
     wait_until(std::time::Duration::from_secs(30), || async {
         let (_, t) = node.get(&format!("/v1/tables/{id}")).await;
         (t["state"] == "error" && t["last_polled_at"] != table["last_polled_at"]).then_some(())
     })
     .await;
-    let r = node
-        .http
-        .post(node.url(&format!("/v1/tables/{s1}/retry")))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 400, "not a table id");
-    let r = node
-        .http
-        .patch(node.url(&format!("/v1/tables/{id}")))
-        .json(&json!({"paused": true}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let r = node
-        .http
-        .post(node.url(&format!("/v1/tables/{id}/retry")))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 409, "a paused table is resumed, not retried");
+    let (status, _) = node
+        .post(&format!("/v1/tables/{s1}/retry"), &json!({}))
+        .await;
+    assert_eq!(status, 400, "not a table id");
+    node.set_paused(&id, true).await;
+    let (status, problem) = node
+        .post(&format!("/v1/tables/{id}/retry"), &json!({}))
+        .await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (409, Some("table_not_in_error")),
+        "a paused table is resumed, not retried"
+    );
     node.shutdown().await;
 }
 
@@ -150,33 +149,16 @@ async fn an_expired_checkpoint_stops_the_table_instead_of_skipping_history() {
     let s1 = pyiceberg(dir.path(), &["append", "1", "2"]);
     let store = tempfile::tempdir().unwrap();
     let node = Node::start(test_settings(&fresh_database().await, store.path())).await;
-    let body = json!({
-        "catalog": {"type": "sql", "uri": format!("sqlite:{}/catalog.db", dir.path().display()),
-                    "warehouse": format!("file://{}/warehouse", dir.path().display()), "name": "py"},
-        "table": "shop.orders", "poll_interval_ms": 100, "start": "latest",
-    });
-    let id = node.register(&body).await;
+    let id = node
+        .register(&registration(dir.path(), json!({"start": "latest"})))
+        .await;
     let (_, table) = node.get(&format!("/v1/tables/{id}")).await;
     assert_eq!(table["checkpoint"]["snapshot_id"], s1);
-    let r = node
-        .http
-        .patch(node.url(&format!("/v1/tables/{id}")))
-        .json(&json!({"paused": true}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    node.set_paused(&id, true).await;
 
     pyiceberg(dir.path(), &["append", "3", "4"]);
     pyiceberg(dir.path(), &["expire", &s1.to_string()]);
-    let r = node
-        .http
-        .patch(node.url(&format!("/v1/tables/{id}")))
-        .json(&json!({"paused": false}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    node.set_paused(&id, false).await;
     let table = node.wait_for_state(&id, "error").await;
     let error = table["last_error"].as_str().unwrap();
     assert!(

@@ -105,6 +105,38 @@ impl Node {
         (status, r.json().await.unwrap_or(Value::Null))
     }
 
+    /// PATCH JSON and parse the answer, with the status.
+    pub async fn patch(&self, path: &str, body: &Value) -> (u16, Value) {
+        let r = self
+            .http
+            .patch(self.url(path))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// DELETE, with the status.
+    pub async fn delete(&self, path: &str) -> u16 {
+        self.http
+            .delete(self.url(path))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    }
+
+    /// Pauses or resumes a table.
+    pub async fn set_paused(&self, id: &str, paused: bool) {
+        let (status, t) = self
+            .patch(&format!("/v1/tables/{id}"), &json!({ "paused": paused }))
+            .await;
+        assert_eq!(status, 200, "{t}");
+    }
+
     /// Registers a table and returns its id.
     pub async fn register(&self, body: &Value) -> String {
         let (status, table) = self.post("/v1/tables", body).await;
