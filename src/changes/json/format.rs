@@ -14,7 +14,7 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// Writes the decimal digits of `n` right-aligned into `buf`; returns the start.
 #[inline]
-pub(super) fn digits_u64(mut n: u64, buf: &mut [u8]) -> usize {
+fn digits_u64(mut n: u64, buf: &mut [u8]) -> usize {
     let mut i = buf.len();
     while n >= 100 {
         let r = (n % 100) as usize * 2;
@@ -33,7 +33,7 @@ pub(super) fn digits_u64(mut n: u64, buf: &mut [u8]) -> usize {
     i
 }
 
-pub(super) fn digits_u128(mut n: u128, buf: &mut [u8; 40]) -> usize {
+fn digits_u128(mut n: u128, buf: &mut [u8; 40]) -> usize {
     const E19: u128 = 10_000_000_000_000_000_000;
     let mut end = buf.len();
     while n > u64::MAX as u128 {
@@ -48,14 +48,14 @@ pub(super) fn digits_u128(mut n: u128, buf: &mut [u8; 40]) -> usize {
 
 /// A small stack buffer: values are assembled here and copied into the
 /// output with a single `extend_from_slice`.
-pub(super) struct Buf<const N: usize> {
+struct Buf<const N: usize> {
     bytes: [u8; N],
     len: usize,
 }
 
 impl<const N: usize> Buf<N> {
     #[inline]
-    pub(super) fn new() -> Self {
+    fn new() -> Self {
         Self {
             bytes: [0; N],
             len: 0,
@@ -63,21 +63,15 @@ impl<const N: usize> Buf<N> {
     }
 
     #[inline]
-    pub(super) fn push(&mut self, b: u8) {
+    fn push(&mut self, b: u8) {
         self.bytes[self.len] = b;
         self.len += 1;
     }
 
     #[inline]
-    pub(super) fn extend(&mut self, s: &[u8]) {
+    fn extend(&mut self, s: &[u8]) {
         self.bytes[self.len..self.len + s.len()].copy_from_slice(s);
         self.len += s.len();
-    }
-
-    #[inline]
-    fn push2(&mut self, n: u32) {
-        let r = n as usize * 2;
-        self.extend(&DIGITS2[r..r + 2]);
     }
 
     /// `n` zero-padded to exactly `width` digits (`n < 10^width`, `width <= 20`).
@@ -103,15 +97,7 @@ impl<const N: usize> Buf<N> {
     }
 
     #[inline]
-    fn int(&mut self, n: i64) {
-        if n < 0 {
-            self.push(b'-');
-        }
-        self.uint(n.unsigned_abs());
-    }
-
-    #[inline]
-    pub(super) fn flush(&self, out: &mut Vec<u8>) {
+    fn flush(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.bytes[..self.len]);
     }
 }
@@ -128,31 +114,35 @@ impl<const N: usize> std::fmt::Write for Buf<N> {
 
 #[inline]
 pub(super) fn write_i64(n: i64, out: &mut Vec<u8>) {
-    let mut buf = Buf::<24>::new();
-    buf.int(n);
-    buf.flush(out);
+    let mut b = [0u8; 21];
+    let mut start = digits_u64(n.unsigned_abs(), &mut b);
+    if n < 0 {
+        start -= 1;
+        b[start] = b'-';
+    }
+    out.extend_from_slice(&b[start..]);
 }
 
 #[inline]
 pub(super) fn write_long(v: i64, mode: LongMode, out: &mut Vec<u8>) {
     const MAX_EXACT: i64 = 1 << 53;
-    let mut buf = Buf::<24>::new();
     if mode == LongMode::Number || (-MAX_EXACT..=MAX_EXACT).contains(&v) {
-        buf.int(v);
-    } else {
-        buf.push(b'"');
-        buf.int(v);
-        buf.push(b'"');
+        return write_i64(v, out);
     }
-    buf.flush(out);
+    let mut b = [b'"'; 23];
+    let mut start = digits_u64(v.unsigned_abs(), &mut b[..22]) - 1;
+    if v < 0 {
+        b[start] = b'-';
+        start -= 1;
+    }
+    out.extend_from_slice(&b[start..]);
 }
 
 macro_rules! write_float {
     ($name:ident, $t:ty) => {
         /// Shortest round-trip form; exponent form outside [1e-6, 1e21) like
         /// ECMAScript; non-finite values as strings.
-        #[inline]
-        pub(super) fn $name(v: $t, out: &mut Vec<u8>) {
+        fn $name(v: $t, out: &mut Vec<u8>) {
             use std::fmt::Write as _;
             let a = v.abs();
             if a < 1e15 && v.fract() == 0.0 && !(v == 0.0 && v.is_sign_negative()) {
@@ -180,41 +170,119 @@ macro_rules! write_float {
         }
     };
 }
-write_float!(write_f32, f32);
-write_float!(write_f64, f64);
+write_float!(display_f32, f32);
+write_float!(display_f64, f64);
 
 #[inline]
-pub(super) fn write_decimal(v: i128, scale: usize, out: &mut Vec<u8>) {
-    let mut digits = [0u8; 40];
-    let start = if let Ok(small) = u64::try_from(v.unsigned_abs()) {
-        digits_u64(small, &mut digits)
-    } else {
-        digits_u128(v.unsigned_abs(), &mut digits)
-    };
-    let digits = &digits[start..];
-    if scale > 64 {
-        return write_decimal_digits(v < 0, digits, scale, out);
+pub(super) fn write_f32(v: f32, out: &mut Vec<u8>) {
+    display_f32(v, out);
+}
+
+#[inline]
+pub(super) fn write_f64(v: f64, out: &mut Vec<u8>) {
+    if !short_f64(v, out) {
+        display_f64(v, out);
     }
-    // At most 2 quotes, a sign, "0." and 64 digits.
-    let mut buf = Buf::<72>::new();
-    buf.push(b'"');
-    if v < 0 {
+}
+
+const POW10: [f64; 23] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
+    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+];
+
+/// Fast path for doubles in [1e-6, 1e15) whose shortest form has at most 15
+/// significant digits (prices, measurements): writes exactly what `Display`
+/// writes and returns true, or writes nothing and returns false.
+///
+/// With `m = round(|v| * 10^k) <= 10^15`, `|v| * 10^k` is within 0.12 of the
+/// 15-digit candidate, so `m` is that candidate and it is the only one of
+/// its length; `m / 10^k == |v|` (both exact, one correctly rounded division)
+/// proves it parses back to `v`. Stripping trailing zeros gives the shortest.
+#[inline]
+fn short_f64(v: f64, out: &mut Vec<u8>) -> bool {
+    let a = v.abs();
+    if !(1e-6..1e15).contains(&a) {
+        return false;
+    }
+    // floor(log10 a) or one less; a >= 1e-6 is normal.
+    let e2 = ((a.to_bits() >> 52) as i32) - 1023;
+    let mut k = (14 - ((e2 * 1233) >> 12)) as usize; // 0..=21
+    let mut scaled = a * POW10[k];
+    if scaled >= 1e15 {
+        k -= 1;
+        scaled = a * POW10[k];
+    }
+    let m = scaled.round();
+    if m > 1e15 || m / POW10[k] != a {
+        return false;
+    }
+    let mut m = m as u64;
+    while k > 0 && m.is_multiple_of(10) {
+        m /= 10;
+        k -= 1;
+    }
+    let mut digits = [0u8; 20];
+    let start = digits_u64(m, &mut digits);
+    let digits = &digits[start..];
+    let mut buf = Buf::<40>::new();
+    if v < 0.0 {
         buf.push(b'-');
     }
-    if scale == 0 {
+    if k == 0 {
         buf.extend(digits);
-    } else if digits.len() <= scale {
+    } else if digits.len() <= k {
         buf.extend(b"0.");
-        buf.zeros(scale - digits.len());
+        buf.zeros(k - digits.len());
         buf.extend(digits);
     } else {
-        let (int, frac) = digits.split_at(digits.len() - scale);
+        let (int, frac) = digits.split_at(digits.len() - k);
         buf.extend(int);
         buf.push(b'.');
         buf.extend(frac);
     }
-    buf.push(b'"');
     buf.flush(out);
+    true
+}
+
+#[inline]
+pub(super) fn write_decimal(v: i128, scale: usize, out: &mut Vec<u8>) {
+    const POW10_U64: [u64; 20] = {
+        let mut table = [1u64; 20];
+        let mut i = 1;
+        while i < 20 {
+            table[i] = table[i - 1] * 10;
+            i += 1;
+        }
+        table
+    };
+    let Ok(abs) = u64::try_from(v.unsigned_abs()) else {
+        let mut digits = [0u8; 40];
+        let start = digits_u128(v.unsigned_abs(), &mut digits);
+        return write_decimal_digits(v < 0, &digits[start..], scale, out);
+    };
+    if scale >= 20 {
+        let mut digits = [0u8; 20];
+        let start = digits_u64(abs, &mut digits);
+        return write_decimal_digits(v < 0, &digits[start..], scale, out);
+    }
+    // Right to left: closing quote, fraction, point, integer part, sign, quote.
+    let mut b = [b'0'; 48];
+    b[47] = b'"';
+    let mut start = if scale == 0 {
+        digits_u64(abs, &mut b[..47])
+    } else {
+        let (int, frac) = (abs / POW10_U64[scale], abs % POW10_U64[scale]);
+        digits_u64(frac, &mut b[47 - scale..47]); // zero-padded on the left
+        b[46 - scale] = b'.';
+        digits_u64(int, &mut b[..46 - scale])
+    };
+    if v < 0 {
+        start -= 1;
+        b[start] = b'-';
+    }
+    start -= 1;
+    b[start] = b'"';
+    out.extend_from_slice(&b[start..]);
 }
 
 /// The general (slow) form of [`write_decimal`], for any digits and scale.
@@ -241,7 +309,7 @@ pub(super) fn write_decimal_digits(negative: bool, digits: &[u8], scale: usize, 
 /// Proleptic Gregorian (year, month, day) of a day count since 1970-01-01
 /// (H. Hinnant's `civil_from_days`).
 #[inline]
-pub(super) fn civil_from_days(days: i64) -> (i64, u32, u32) {
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
@@ -254,13 +322,57 @@ pub(super) fn civil_from_days(days: i64) -> (i64, u32, u32) {
     (year, month, day)
 }
 
-/// `YYYY-MM-DD`, with ISO 8601 expanded years (`+10000`, `-0001`) outside 0–9999.
-#[inline]
-fn date<const N: usize>(buf: &mut Buf<N>, days: i64) {
+#[inline(always)]
+fn put2(b: &mut [u8], at: usize, n: u32) {
+    let r = n as usize * 2;
+    b[at..at + 2].copy_from_slice(&DIGITS2[r..r + 2]);
+}
+
+/// Fills `YYYY-MM-DD` at `b[at..at + 10]`, or returns false for years
+/// outside 0000–9999 (see [`date_slow`]).
+#[inline(always)]
+fn put_date(b: &mut [u8], at: usize, days: i64) -> bool {
+    let (year, month, day) = civil_from_days(days);
+    if !(0..=9999).contains(&year) {
+        return false;
+    }
+    put2(b, at, (year / 100) as u32);
+    put2(b, at + 2, (year % 100) as u32);
+    put2(b, at + 5, month);
+    put2(b, at + 8, day);
+    true
+}
+
+/// Fills `HH:MM:SS` at `b[at..at + 8]` (`secs < 86400`).
+#[inline(always)]
+fn put_hms(b: &mut [u8], at: usize, secs: u32) {
+    put2(b, at, secs / 3600);
+    put2(b, at + 3, secs / 60 % 60);
+    put2(b, at + 6, secs % 60);
+}
+
+/// Fills 6 digits (`micros < 10^6`).
+#[inline(always)]
+fn put_micros(b: &mut [u8], at: usize, micros: u32) {
+    put2(b, at, micros / 10_000);
+    put2(b, at + 2, micros / 100 % 100);
+    put2(b, at + 4, micros % 100);
+}
+
+/// Fills 9 digits (`nanos < 10^9`).
+#[inline(always)]
+fn put_nanos(b: &mut [u8], at: usize, nanos: u32) {
+    b[at] = b'0' + (nanos / 100_000_000) as u8;
+    put2(b, at + 1, nanos / 1_000_000 % 100);
+    put_micros(b, at + 3, nanos % 1_000_000);
+}
+
+/// `YYYY-MM-DD` for any year, with ISO 8601 expanded years (`+10000`,
+/// `-0001`) outside 0000–9999.
+fn date_slow<const N: usize>(buf: &mut Buf<N>, days: i64) {
     let (year, month, day) = civil_from_days(days);
     if (0..=9999).contains(&year) {
-        buf.push2((year / 100) as u32);
-        buf.push2((year % 100) as u32);
+        buf.fixed(year as u64, 4);
     } else if year > 9999 {
         buf.push(b'+');
         buf.uint(year as u64);
@@ -272,31 +384,25 @@ fn date<const N: usize>(buf: &mut Buf<N>, days: i64) {
         }
     }
     buf.push(b'-');
-    buf.push2(month);
+    buf.fixed(month.into(), 2);
     buf.push(b'-');
-    buf.push2(day);
-}
-
-#[inline]
-fn hms<const N: usize>(buf: &mut Buf<N>, secs: u32) {
-    buf.push2(secs / 3600);
-    buf.push(b':');
-    buf.push2(secs / 60 % 60);
-    buf.push(b':');
-    buf.push2(secs % 60);
+    buf.fixed(day.into(), 2);
 }
 
 #[inline]
 pub(super) fn write_date(days: i64, out: &mut Vec<u8>) {
+    let mut b = *b"\"0000-00-00\"";
+    if put_date(&mut b, 1, days) {
+        return out.extend_from_slice(&b);
+    }
     let mut buf = Buf::<32>::new();
     buf.push(b'"');
-    date(&mut buf, days);
+    date_slow(&mut buf, days);
     buf.push(b'"');
     buf.flush(out);
 }
 
-/// `"HH:MM:SS.ffffff"`; out-of-range values (not valid Iceberg times) keep
-/// their sign and write all hours rather than wrapping.
+/// `"HH:MM:SS.ffffff"` from a count of `1/per_sec` seconds.
 #[inline]
 pub(super) fn write_time(v: i64, per_sec: i64, out: &mut Vec<u8>) {
     match per_sec {
@@ -309,20 +415,26 @@ pub(super) fn write_time(v: i64, per_sec: i64, out: &mut Vec<u8>) {
 fn time<const PER_SEC: u64>(v: i64, out: &mut Vec<u8>) {
     let abs = v.unsigned_abs();
     let (secs, micros) = (abs / PER_SEC, abs % PER_SEC * 1_000_000 / PER_SEC);
+    if v >= 0 && secs < 86_400 {
+        let mut b = *b"\"00:00:00.000000\"";
+        put_hms(&mut b, 1, secs as u32);
+        put_micros(&mut b, 10, micros as u32);
+        return out.extend_from_slice(&b);
+    }
+    // Not a valid Iceberg time: keep the sign and all the hours.
     let mut buf = Buf::<48>::new();
     buf.push(b'"');
     if v < 0 {
         buf.push(b'-');
     }
-    if secs < 86_400 {
-        hms(&mut buf, secs as u32);
-    } else {
-        buf.uint(secs / 3600);
-        buf.push(b':');
-        buf.push2((secs / 60 % 60) as u32);
-        buf.push(b':');
-        buf.push2((secs % 60) as u32);
+    match secs / 3600 {
+        hours @ 0..100 => buf.fixed(hours, 2),
+        hours => buf.uint(hours),
     }
+    buf.push(b':');
+    buf.fixed(secs / 60 % 60, 2);
+    buf.push(b':');
+    buf.fixed(secs % 60, 2);
     buf.push(b'.');
     buf.fixed(micros, 6);
     buf.push(b'"');
@@ -343,39 +455,49 @@ pub(super) fn write_timestamp(v: i64, per_sec: i64, nanos: bool, zulu: bool, out
 #[inline]
 fn timestamp<const PER_SEC: i64>(v: i64, nanos: bool, zulu: bool, out: &mut Vec<u8>) {
     let secs = v.div_euclid(PER_SEC);
-    let frac_nanos = v.rem_euclid(PER_SEC) as u64 * (1_000_000_000 / PER_SEC) as u64;
+    let frac = (v.rem_euclid(PER_SEC) * (1_000_000_000 / PER_SEC)) as u32;
+    let (days, time) = (secs.div_euclid(86_400), secs.rem_euclid(86_400) as u32);
+    let mut b = *b"\"0000-00-00T00:00:00.000000000Z\"";
+    put_hms(&mut b, 12, time);
+    let mut len = if nanos {
+        put_nanos(&mut b, 21, frac);
+        30
+    } else {
+        put_micros(&mut b, 21, frac / 1000);
+        27
+    };
+    if zulu {
+        b[len] = b'Z';
+        len += 1;
+    }
+    b[len] = b'"';
+    len += 1;
+    if put_date(&mut b, 1, days) {
+        return out.extend_from_slice(&b[..len]);
+    }
     let mut buf = Buf::<48>::new();
     buf.push(b'"');
-    date(&mut buf, secs.div_euclid(86_400));
-    buf.push(b'T');
-    hms(&mut buf, secs.rem_euclid(86_400) as u32);
-    buf.push(b'.');
-    if nanos {
-        buf.fixed(frac_nanos, 9);
-    } else {
-        buf.fixed(frac_nanos / 1000, 6);
-    }
-    if zulu {
-        buf.push(b'Z');
-    }
-    buf.push(b'"');
+    date_slow(&mut buf, days);
+    buf.extend(&b[11..len]);
     buf.flush(out);
 }
 
 pub(super) fn write_uuid(bytes: &[u8], out: &mut Vec<u8>) {
-    let mut buf = [b'-'; 38];
-    buf[0] = b'"';
-    buf[37] = b'"';
-    let mut at = 1;
-    for (i, &b) in bytes.iter().take(16).enumerate() {
-        if matches!(i, 4 | 6 | 8 | 10) {
-            at += 1;
-        }
-        buf[at] = HEX[(b >> 4) as usize];
-        buf[at + 1] = HEX[(b & 0xf) as usize];
-        at += 2;
+    let Ok(bytes) = <&[u8; 16]>::try_from(bytes) else {
+        return write_base64(bytes, out); // unreachable: bound to FixedSizeBinary(16)
+    };
+    let mut hex = [0u8; 32];
+    for (i, &byte) in bytes.iter().enumerate() {
+        hex[2 * i] = HEX[(byte >> 4) as usize];
+        hex[2 * i + 1] = HEX[(byte & 0xf) as usize];
     }
-    out.extend_from_slice(&buf);
+    let mut b = *b"\"00000000-0000-0000-0000-000000000000\"";
+    b[1..9].copy_from_slice(&hex[..8]);
+    b[10..14].copy_from_slice(&hex[8..12]);
+    b[15..19].copy_from_slice(&hex[12..16]);
+    b[20..24].copy_from_slice(&hex[16..20]);
+    b[25..37].copy_from_slice(&hex[20..]);
+    out.extend_from_slice(&b);
 }
 
 pub(super) fn write_base64(bytes: &[u8], out: &mut Vec<u8>) {
@@ -417,23 +539,57 @@ pub fn write_json_string(s: &str, out: &mut Vec<u8>) {
     let bytes = s.as_bytes();
     out.reserve(bytes.len() + 2);
     out.push(b'"');
-    let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
+    let (mut start, mut i) = (0, 0);
+    // Whole 8-byte words are tested at once; only words with something to
+    // escape are looked at byte by byte.
+    while i + 8 <= bytes.len() {
+        if needs_escape(word_at(bytes, i)) {
+            escape_bytes(bytes, i, i + 8, &mut start, out);
+        }
+        i += 8;
+    }
+    // The tail: test the last 8 bytes (overlapping) if there are that many.
+    if i < bytes.len() && (bytes.len() < 8 || needs_escape(word_at(bytes, bytes.len() - 8))) {
+        escape_bytes(bytes, i, bytes.len(), &mut start, out);
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
+}
+
+#[inline(always)]
+fn word_at(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
+}
+
+/// Escapes the bytes in `from..to` that need it; `start` is the first byte
+/// not yet copied to `out`.
+#[inline]
+fn escape_bytes(bytes: &[u8], from: usize, to: usize, start: &mut usize, out: &mut Vec<u8>) {
+    for (offset, &b) in bytes[from..to].iter().enumerate() {
         let escape = ESCAPE[b as usize];
         if escape == 0 {
             continue;
         }
-        out.extend_from_slice(&bytes[start..i]);
+        let i = from + offset;
+        out.extend_from_slice(&bytes[*start..i]);
         if escape == b'u' {
-            out.extend_from_slice(b"\\u00");
-            out.push(HEX[(b >> 4) as usize]);
-            out.push(HEX[(b & 0xf) as usize]);
+            let (high, low) = (HEX[(b >> 4) as usize], HEX[(b & 0xf) as usize]);
+            out.extend_from_slice(&[b'\\', b'u', b'0', b'0', high, low]);
         } else {
-            out.push(b'\\');
-            out.push(escape);
+            out.extend_from_slice(&[b'\\', escape]);
         }
-        start = i + 1;
+        *start = i + 1;
     }
-    out.extend_from_slice(&bytes[start..]);
-    out.push(b'"');
+}
+
+/// Whether any of the 8 bytes is below 0x20, `"` or `\` (no false negatives).
+#[inline(always)]
+fn needs_escape(word: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let below = |x: u64, n: u64| x.wrapping_sub(ONES * n) & !x & HIGH;
+    let control = below(word, 0x20);
+    let quote = below(word ^ (ONES * b'"' as u64), 1);
+    let backslash = below(word ^ (ONES * b'\\' as u64), 1);
+    control | quote | backslash != 0
 }
