@@ -222,6 +222,48 @@ impl CatalogConfig {
     }
 }
 
+/// Connected catalogs by their settings, shared by a node's polls: connecting a SQL
+/// catalog opens a connection pool and runs DDL, which a poll should not repeat.
+#[derive(Clone, Default)]
+pub struct CatalogCache {
+    connected: Arc<std::sync::Mutex<HashMap<String, Arc<dyn Catalog>>>>,
+}
+
+impl CatalogCache {
+    /// Loads the table's current metadata, reusing a connection to its catalog.
+    pub async fn load_table(
+        &self,
+        config: &CatalogConfig,
+        ident: &TableIdent,
+    ) -> Result<Table, CatalogError> {
+        if let CatalogConfig::Filesystem { .. } = config {
+            return config.load_table(ident).await;
+        }
+        let key = serde_json::to_string(config).expect("catalog settings serialize");
+        let cached = self
+            .connected
+            .lock()
+            .expect("catalog cache")
+            .get(&key)
+            .cloned();
+        let catalog = match cached {
+            Some(catalog) => catalog,
+            None => {
+                let catalog = config.connect().await?;
+                let mut connected = self.connected.lock().expect("catalog cache");
+                connected.insert(key.clone(), catalog.clone());
+                catalog
+            }
+        };
+        let loaded = load_from(catalog.as_ref(), ident).await;
+        if let Err(CatalogError::Unreachable(_)) = loaded {
+            // Reconnect next time: the catalog may have moved or restarted.
+            self.connected.lock().expect("catalog cache").remove(&key);
+        }
+        loaded
+    }
+}
+
 async fn load_from(catalog: &dyn Catalog, ident: &TableIdent) -> Result<Table, CatalogError> {
     catalog.load_table(ident).await.map_err(|e| match e.kind() {
         ErrorKind::TableNotFound | ErrorKind::NamespaceNotFound => {

@@ -12,6 +12,7 @@ use tracing::Instrument;
 
 use super::heartbeat::Heartbeat;
 use super::sync::{SyncError, TableSync};
+use crate::catalog::CatalogCache;
 use crate::changes::ChangeStore;
 use crate::config::SchedulerSettings;
 use crate::store::{SourceTable, Store};
@@ -26,6 +27,7 @@ pub struct Scheduler {
     changes: ChangeStore,
     settings: SchedulerSettings,
     node: String,
+    catalogs: CatalogCache,
 }
 
 impl Scheduler {
@@ -41,6 +43,7 @@ impl Scheduler {
             changes,
             settings,
             node,
+            catalogs: CatalogCache::default(),
         }
     }
 
@@ -115,6 +118,7 @@ impl Scheduler {
             lease: &lease,
             stop: &stop,
             file_concurrency: self.settings.file_concurrency,
+            catalogs: &self.catalogs,
         };
         let span = tracing::info_span!("sync", table = %table.table_name, id = %table.id);
         let result = sync.run(&table).instrument(span).await;

@@ -8,7 +8,7 @@ use iceberg::table::Table;
 use tokio_util::sync::CancellationToken;
 
 use super::rewrite::Rewrite;
-use crate::catalog::{CatalogConfig, CatalogError, parse_ident};
+use crate::catalog::{CatalogCache, CatalogConfig, CatalogError, parse_ident};
 use crate::changelog::{self, AddedFile, LineageError, PlanError, SnapshotPlan};
 use crate::changes::{ChangeStore, ChangeStoreError};
 use crate::store::{Lease, NewChangeSet, NewSegment, PollOutcome, SourceTable, Store, StoreError};
@@ -60,6 +60,7 @@ pub struct TableSync<'a> {
     pub lease: &'a Lease,
     pub stop: &'a CancellationToken,
     pub file_concurrency: usize,
+    pub catalogs: &'a CatalogCache,
 }
 
 impl TableSync<'_> {
@@ -67,7 +68,7 @@ impl TableSync<'_> {
     pub async fn run(&self, table: &SourceTable) -> Result<PollOutcome, SyncError> {
         let catalog = CatalogConfig::from_json(&table.catalog)?;
         let ident = parse_ident(&table.table_name)?;
-        let iceberg = catalog.load_table(&ident).await?;
+        let iceberg = self.catalogs.load_table(&catalog, &ident).await?;
         let metadata = iceberg.metadata_ref();
 
         let mut checkpoint = table.checkpoint_snapshot_id;
