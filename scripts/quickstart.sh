@@ -137,41 +137,13 @@ case $status in
 esac
 rm -f "$response"
 
-# The table's id, for the URLs below: the id of the entry of GET /v1/tables
-# that names demo.trips (python3 or jq when there; a placeholder otherwise).
-tables_json=$(curl -fsS "$BASE/v1/tables" 2>/dev/null || true)
-table_id=""
-if command -v python3 >/dev/null 2>&1; then
-    table_id=$(python3 -c '
+# The table's id, for the URLs below.
+table_id=$(curl -fsS "$BASE/v1/tables" | python3 -c '
 import json, sys
-try:
-    doc = json.load(sys.stdin)
-except ValueError:
-    sys.exit(0)
-items = doc if isinstance(doc, list) else next(
-    (v for v in doc.values() if isinstance(v, list)), []) if isinstance(doc, dict) else []
-def names(t):
-    ns = t.get("namespace")
-    ns = ".".join(ns) if isinstance(ns, list) else ns
-    return {t.get("table"), t.get("table_name"), t.get("display_name"),
-            "%s.%s" % (ns, t.get("name"))}
-for t in items:
-    if isinstance(t, dict) and "demo.trips" in names(t):
-        print(t.get("id", ""))
-        break
-' <<<"$tables_json" 2>/dev/null || true)
-elif command -v jq >/dev/null 2>&1; then
-    table_id=$(jq -r '(if type == "array" then . else ([.[] | arrays] | first // []) end)
-        | map(select(.table == "demo.trips" or .table_name == "demo.trips"
-                     or (((.namespace // []) | if type == "array" then join(".") else . end)
-                         + "." + (.name // "")) == "demo.trips"))
-        | first | .id // empty' <<<"$tables_json" 2>/dev/null || true)
-fi
-TABLE_URL="$BASE/v1/tables/${table_id:-<table-id>}"
-id_hint=""
-if [[ -z $table_id ]]; then
-    id_hint="  # (put the id of demo.trips from that list in place of <table-id> below)"
-fi
+tables = json.load(sys.stdin)["tables"]
+print(next(t["id"] for t in tables if t["table"] == "demo.trips"))
+')
+TABLE_URL="$BASE/v1/tables/$table_id"
 
 cat <<EOF
 
@@ -180,16 +152,16 @@ Try, in another terminal:
 
   # list the registered tables
   curl -s $BASE/v1/tables
-$id_hint
   # one table: its catalog, checkpoint and state
   curl -s $TABLE_URL
 
-  # pull its changes (the first page; follow the next position it returns)
-  curl -s $TABLE_URL/changes
+  # pull its changes: a page of events, the cursor to continue after, and whether more wait
+  curl -s "$TABLE_URL/changes?limit=2"
 
-  # commit something new to the Iceberg table, then pull again
+  # remember where the feed ends, commit something new to the table, read what came after
+  NEXT=\$(curl -s "$TABLE_URL/changes?limit=10000" | python3 -c 'import json,sys; print(json.load(sys.stdin)["next"])')
   $BIN demo append --dir $DEMO_DIR --rows 5
-  curl -s $TABLE_URL/changes
+  sleep 2; curl -s "$TABLE_URL/changes?after=\$NEXT"
 
   # the same changes as newline-delimited JSON
   curl -s -H 'Accept: application/x-ndjson' $TABLE_URL/changes

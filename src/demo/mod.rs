@@ -60,6 +60,7 @@ impl DemoTable {
                 "name": self.catalog_name,
             },
             "table": format!("{}.{}", self.namespace, self.table),
+            "poll_interval_ms": 1000,
         })
     }
 
