@@ -19,7 +19,7 @@ use icefeed::demo::writer::{self, AppendOptions};
 use serde_json::{Value, json};
 
 use crate::fixtures::{order_json, orders, orders_schema};
-use crate::support::{Node, Warehouse, fresh_database, head, test_settings, wait_until};
+use crate::support::{Node, Warehouse, fresh_database, head, wait_until};
 
 fn ids(events: &[Value]) -> Vec<i64> {
     events
@@ -126,8 +126,7 @@ async fn filesystem_warehouse_follows_the_newest_metadata_file() {
         metadata_dir.join(&names[1])
     );
 
-    let store = tempfile::tempdir().unwrap();
-    let node = Node::start(test_settings(&fresh_database().await, store.path())).await;
+    let (node, _store) = Node::start_fresh().await;
     let catalog = json!({"type": "filesystem", "warehouse": warehouse.display().to_string()});
     register_export_append(&node, catalog, &t, || async {
         wh.append(&t, &[orders(4..=5)]).await
@@ -160,8 +159,7 @@ async fn filesystem_hadoop_layout_orders_versions_by_number() {
     }
     put(10, &t1);
 
-    let store = tempfile::tempdir().unwrap();
-    let node = Node::start(test_settings(&fresh_database().await, store.path())).await;
+    let (node, _store) = Node::start_fresh().await;
     let catalog = json!({"type": "filesystem", "warehouse": hadoop.path().display().to_string()});
     register_export_append(&node, catalog, &t1, || async {
         let t2 = wh.append(&t1, &[orders(4..=5)]).await;
@@ -178,8 +176,7 @@ async fn filesystem_metadata_location_reads_one_fixed_version() {
     let t = wh.create("shop.orders", orders_schema(), None).await;
     let t = wh.append(&t, &[orders(1..=3)]).await;
     let location = t.metadata_location().unwrap().to_string();
-    let store = tempfile::tempdir().unwrap();
-    let node = Node::start(test_settings(&fresh_database().await, store.path())).await;
+    let (node, _store) = Node::start_fresh().await;
 
     let id = node
         .register(&json!({
@@ -231,8 +228,7 @@ async fn filesystem_catalog_settings_are_checked() {
     let t = wh.append(&t, &[orders(1..=2)]).await;
     let warehouse = warehouse_dir(&wh).display().to_string();
     let location = t.metadata_location().unwrap().to_string();
-    let store = tempfile::tempdir().unwrap();
-    let node = Node::start(test_settings(&fresh_database().await, store.path())).await;
+    let (node, _store) = Node::start_fresh().await;
     let body = |catalog: Value, table: &str| json!({"catalog": catalog, "table": table});
 
     let both = json!({"type": "filesystem", "warehouse": warehouse, "metadata_location": location});
@@ -320,8 +316,7 @@ async fn sql_catalog_on_postgres() {
             .unwrap();
     assert_eq!(rows, [("pg".into(), "shop".into(), "orders".into())]);
 
-    let store = tempfile::tempdir().unwrap();
-    let node = Node::start(test_settings(&fresh_database().await, store.path())).await;
+    let (node, _store) = Node::start_fresh().await;
     // No `sql_bind_style`: icefeed picks PostgreSQL's for a postgres:// URI.
     let registered =
         json!({"type": "sql", "uri": catalog_url, "warehouse": warehouse, "name": "pg"});
@@ -471,8 +466,7 @@ async fn rest_catalog_fixture_server() {
         t.metadata_location()
     );
 
-    let store = tempfile::tempdir().unwrap();
-    let node = Node::start(test_settings(&fresh_database().await, store.path())).await;
+    let (node, _store) = Node::start_fresh().await;
     register_export_append(
         &node,
         json!({"type": "rest", "uri": server.uri}),

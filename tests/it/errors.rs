@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 
 use crate::fixtures::{orders, orders_schema};
-use crate::support::{Node, Warehouse, fresh_database, head, test_settings};
+use crate::support::{Node, Warehouse, head};
 
 async fn expect_problem(r: reqwest::Response, status: u16, code: &str) -> Value {
     assert_eq!(r.status().as_u16(), status, "expected {code}");
@@ -28,8 +28,7 @@ async fn registration_errors_are_problems_and_store_nothing() {
     let wh = Warehouse::new().await;
     let t = wh.create("shop.orders", orders_schema(), None).await;
     wh.append(&t, &[orders(1..=2)]).await;
-    let store = tempfile::tempdir().unwrap();
-    let node = Node::start(test_settings(&fresh_database().await, store.path())).await;
+    let (node, _store) = Node::start_fresh().await;
     let post = |body: Value| node.http.post(node.url("/v1/tables")).json(&body).send();
 
     let p = expect_problem(
@@ -151,8 +150,7 @@ async fn read_errors_are_problems() {
     let t = wh.append(&t, &[orders(1..=2)]).await;
     let t2 = wh.create("shop.other", orders_schema(), None).await;
     wh.append(&t2, &[orders(1..=2)]).await;
-    let store = tempfile::tempdir().unwrap();
-    let node = Node::start(test_settings(&fresh_database().await, store.path())).await;
+    let (node, _store) = Node::start_fresh().await;
     let a = node
         .register(&wh.registration("shop.orders", json!({})))
         .await;
@@ -259,8 +257,7 @@ async fn catalog_secrets_are_never_echoed() {
     let wh = Warehouse::new().await;
     let t = wh.create("shop.orders", orders_schema(), None).await;
     wh.append(&t, &[orders(1..=1)]).await;
-    let store = tempfile::tempdir().unwrap();
-    let node = Node::start(test_settings(&fresh_database().await, store.path())).await;
+    let (node, _store) = Node::start_fresh().await;
     let mut body = wh.registration("shop.orders", json!({}));
     body["catalog"]["properties"] =
         json!({"s3.secret-access-key": "TOPSECRET-1", "token": "TOPSECRET-2"});

@@ -21,8 +21,7 @@ async fn export_then_appends_flow_page_by_page() {
     let t = wh.create("shop.orders", orders_schema(), None).await;
     let t = wh.append(&t, &[orders(1..=3)]).await;
     let t = wh.append(&t, &[orders(4..=5)]).await;
-    let store = tempfile::tempdir().unwrap();
-    let node = Node::start(test_settings(&fresh_database().await, store.path())).await;
+    let (node, _store) = Node::start_fresh().await;
 
     let id = node
         .register(&wh.registration("shop.orders", json!({})))
@@ -115,8 +114,7 @@ async fn start_positions_choose_where_the_feed_begins() {
     let s2_time = t2.metadata().current_snapshot().unwrap().timestamp_ms();
     let t3 = wh.append(&t2, &[orders(3..=3)]).await;
     let s3 = head(&t3);
-    let store = tempfile::tempdir().unwrap();
-    let node = Node::start(test_settings(&fresh_database().await, store.path())).await;
+    let (node, _store) = Node::start_fresh().await;
 
     let at = chrono::DateTime::from_timestamp_millis(s2_time)
         .unwrap()
@@ -192,8 +190,7 @@ async fn pause_resume_delete_and_operations_endpoints() {
     let wh = Warehouse::new().await;
     let t = wh.create("shop.orders", orders_schema(), None).await;
     let t = wh.append(&t, &[orders(1..=2)]).await;
-    let store = tempfile::tempdir().unwrap();
-    let node = Node::start(test_settings(&fresh_database().await, store.path())).await;
+    let (node, store) = Node::start_fresh().await;
     let id = node
         .register(&wh.registration("shop.orders", json!({})))
         .await;

@@ -1,6 +1,6 @@
 //! The committed OpenAPI document matches the code, and every operation is documented.
 
-use crate::support::{Node, fresh_database, test_settings};
+use crate::support::Node;
 
 const COMMITTED: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/openapi/icefeed.json");
 
@@ -46,8 +46,7 @@ fn every_operation_has_summary_tag_id_and_errors() {
 
 #[tokio::test]
 async fn the_service_serves_the_document() {
-    let store = tempfile::tempdir().unwrap();
-    let node = Node::start(test_settings(&fresh_database().await, store.path())).await;
+    let (node, _store) = Node::start_fresh().await;
     let served = node
         .http
         .get(node.url("/openapi.json"))

@@ -30,7 +30,7 @@ use rand::seq::{IndexedRandom, SliceRandom};
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 
-use crate::support::{Node, Warehouse, fresh_database, test_settings};
+use crate::support::{Node, Warehouse};
 
 /// Seeds run when `ICEFEED_ORACLE_SEEDS` is unset: two of each table shape.
 const DEFAULT_SEEDS: std::ops::RangeInclusive<u64> = 1..=8;
@@ -770,8 +770,7 @@ async fn oracle_random_histories_match_icefeed() {
     }
     let generated = started.elapsed();
 
-    let store = tempfile::tempdir().unwrap();
-    let node = Node::start(test_settings(&fresh_database().await, store.path())).await;
+    let (node, _store) = Node::start_fresh().await;
     let mut ids = Vec::new();
     for model in &models {
         ids.push(register(&node, &wh, model).await);
@@ -1082,8 +1081,7 @@ async fn oracle_diffs_of_hand_made_histories() {
 async fn oracle_hand_made_histories_match_icefeed() {
     let wh = Warehouse::new().await;
     let models = [keyed_history(&wh).await.0, duplicates_history(&wh).await.0];
-    let store = tempfile::tempdir().unwrap();
-    let node = Node::start(test_settings(&fresh_database().await, store.path())).await;
+    let (node, _store) = Node::start_fresh().await;
     for model in &models {
         let expected = oracle(model).await;
         let id = register(&node, &wh, model).await;

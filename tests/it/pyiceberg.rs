@@ -6,7 +6,7 @@ use std::process::Command;
 
 use serde_json::json;
 
-use crate::support::{Node, fresh_database, test_settings, wait_until};
+use crate::support::{Node, wait_until};
 
 /// The Python with pyiceberg installed (the README's test command sets it up).
 fn python() -> String {
@@ -55,8 +55,7 @@ async fn a_pyiceberg_table_flows_through_appends_and_deletes() {
     let dir = tempfile::tempdir().unwrap();
     pyiceberg(dir.path(), &["create"]);
     let s1 = pyiceberg(dir.path(), &["append", "1", "3"]);
-    let store = tempfile::tempdir().unwrap();
-    let node = Node::start(test_settings(&fresh_database().await, store.path())).await;
+    let (node, _store) = Node::start_fresh().await;
     let id = node.register(&registration(dir.path(), json!({}))).await;
     node.wait_for_checkpoint(&id, s1).await;
 
@@ -147,8 +146,7 @@ async fn an_expired_checkpoint_stops_the_table_instead_of_skipping_history() {
     let dir = tempfile::tempdir().unwrap();
     pyiceberg(dir.path(), &["create"]);
     let s1 = pyiceberg(dir.path(), &["append", "1", "2"]);
-    let store = tempfile::tempdir().unwrap();
-    let node = Node::start(test_settings(&fresh_database().await, store.path())).await;
+    let (node, _store) = Node::start_fresh().await;
     let id = node
         .register(&registration(dir.path(), json!({"start": "latest"})))
         .await;

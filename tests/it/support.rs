@@ -72,6 +72,13 @@ impl Node {
         }
     }
 
+    /// A node on a fresh database with a fresh change store (kept alive by the guard).
+    pub async fn start_fresh() -> (Self, tempfile::TempDir) {
+        let store = tempfile::tempdir().unwrap();
+        let node = Self::start(test_settings(&fresh_database().await, store.path())).await;
+        (node, store)
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
@@ -85,37 +92,25 @@ impl Node {
             .expect("clean shutdown");
     }
 
-    /// GET and parse JSON, with the status.
-    pub async fn get(&self, path: &str) -> (u16, Value) {
-        let r = self.http.get(self.url(path)).send().await.unwrap();
+    async fn send(request: reqwest::RequestBuilder) -> (u16, Value) {
+        let r = request.send().await.unwrap();
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// GET and parse JSON, with the status.
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        Self::send(self.http.get(self.url(path))).await
     }
 
     /// POST JSON and parse the answer, with the status.
     pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
-        let r = self
-            .http
-            .post(self.url(path))
-            .json(body)
-            .send()
-            .await
-            .unwrap();
-        let status = r.status().as_u16();
-        (status, r.json().await.unwrap_or(Value::Null))
+        Self::send(self.http.post(self.url(path)).json(body)).await
     }
 
     /// PATCH JSON and parse the answer, with the status.
     pub async fn patch(&self, path: &str, body: &Value) -> (u16, Value) {
-        let r = self
-            .http
-            .patch(self.url(path))
-            .json(body)
-            .send()
-            .await
-            .unwrap();
-        let status = r.status().as_u16();
-        (status, r.json().await.unwrap_or(Value::Null))
+        Self::send(self.http.patch(self.url(path)).json(body)).await
     }
 
     /// DELETE, with the status.
