@@ -10,11 +10,13 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{self, AppState};
+use crate::catalog::CatalogCache;
 use crate::changes::{ChangeStore, SegmentReader};
 use crate::config::Settings;
 use crate::delivery::Feed;
 use crate::store::Store;
 use crate::workers::Scheduler;
+use crate::workers::tasks::{TaskContext, TaskRunner};
 
 /// A node that is running.
 pub struct RunningNode {
@@ -61,8 +63,23 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
     let addr = listener.local_addr()?;
     tracing::info!(%addr, node = %node, change_store = %changes.location(), "icefeed listening");
 
-    let scheduler = Scheduler::new(store, changes, settings.scheduler.clone(), node);
-    let scheduler = tokio::spawn(scheduler.run(stop.clone(), wake));
+    let catalogs = CatalogCache::default();
+    let runner = TaskRunner {
+        context: TaskContext {
+            store: store.clone(),
+            changes: changes.clone(),
+            catalogs: catalogs.clone(),
+            file_concurrency: settings.scheduler.file_concurrency,
+        },
+        settings: settings.scheduler.clone(),
+        node: node.clone(),
+    };
+    let mut background = tokio::task::JoinSet::new();
+    for _ in 0..settings.scheduler.task_workers {
+        background.spawn(runner.clone().run(stop.clone()));
+    }
+    let scheduler = Scheduler::new(store, changes, settings.scheduler.clone(), node, catalogs);
+    background.spawn(scheduler.run(stop.clone(), wake));
     let app = api::router(state);
     let grace = settings.api.shutdown_grace;
     let task_stop = stop.clone();
@@ -72,8 +89,11 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
         let served = server.await.context("HTTP server");
         // Stop polling; in-flight syncs abandon between files and release their leases.
         task_stop.cancel();
-        if tokio::time::timeout(grace, scheduler).await.is_err() {
-            tracing::warn!("scheduler did not stop within the grace period");
+        if tokio::time::timeout(grace, background.join_all())
+            .await
+            .is_err()
+        {
+            tracing::warn!("background work did not stop within the grace period");
         }
         tracing::info!("icefeed stopped");
         served

@@ -46,6 +46,14 @@ pub struct SchedulerSettings {
     /// Default poll interval of a table registered without one.
     #[serde(with = "humantime_serde")]
     pub default_poll_interval: Duration,
+    /// Buckets the surviving rows of a rewrite are hashed into by key.
+    pub shuffle_buckets: u32,
+    /// Buckets are coalesced into reduce tasks of up to this many bytes of shuffle files.
+    pub reduce_target_bytes: u64,
+    /// Map and reduce tasks one node runs at the same time.
+    pub task_workers: usize,
+    /// Attempts before a failing task stops its table.
+    pub max_task_attempts: i32,
 }
 
 /// Limits of the pull API.
@@ -83,6 +91,10 @@ impl Default for SchedulerSettings {
             max_concurrent_tables: 4,
             file_concurrency: 4,
             default_poll_interval: Duration::from_secs(10),
+            shuffle_buckets: 64,
+            reduce_target_bytes: 64 << 20,
+            task_workers: 2,
+            max_task_attempts: 3,
         }
     }
 }
@@ -154,7 +166,13 @@ impl Settings {
                 "scheduler.lease_ttl must be at least 2s".into(),
             ));
         }
-        if s.max_concurrent_tables == 0 || s.file_concurrency == 0 {
+        if s.shuffle_buckets == 0 || s.max_task_attempts < 1 {
+            return Err(ConfigError::Invalid(
+                "scheduler.shuffle_buckets and scheduler.max_task_attempts must be at least 1"
+                    .into(),
+            ));
+        }
+        if s.max_concurrent_tables == 0 || s.file_concurrency == 0 || s.task_workers == 0 {
             return Err(ConfigError::Invalid(
                 "scheduler concurrency settings must be at least 1".into(),
             ));

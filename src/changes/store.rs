@@ -155,10 +155,20 @@ impl ChangeStore {
         Ok(())
     }
 
+    /// Reads a whole object.
+    pub async fn get(&self, key: &str) -> Result<Bytes, ChangeStoreError> {
+        Ok(self.objects.get(&self.full(key)).await?.bytes().await?)
+    }
+
     /// Deletes everything stored for `table` (best effort is up to the caller).
     pub async fn delete_table(&self, table: TableId) -> Result<usize, ChangeStoreError> {
+        self.delete_prefix(&format!("tables/{table}")).await
+    }
+
+    /// Deletes every object below `prefix`; returns how many.
+    pub async fn delete_prefix(&self, prefix: &str) -> Result<usize, ChangeStoreError> {
         use futures::{StreamExt, TryStreamExt};
-        let prefix = self.full(&format!("tables/{table}"));
+        let prefix = self.full(prefix);
         let paths = self
             .objects
             .list(Some(&prefix))

@@ -3,6 +3,7 @@
 mod change_sets;
 mod leases;
 mod tables;
+mod tasks;
 
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use sqlx::postgres::PgPoolOptions;
 pub use change_sets::{ChangeSetRecord, NewChangeSet, NewSegment, SegmentRecord};
 pub use leases::Lease;
 pub use tables::{NewSourceTable, PollOutcome, SourceTable, TableId, TableState, display_name};
+pub use tasks::{ClaimedTask, TaskStatus};
 
 /// The migrations in `migrations/`, embedded in the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");

@@ -1,30 +1,35 @@
 //! Keeping a lease alive while work runs under it.
 
+use std::future::Future;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::store::{Lease, Store};
+use crate::store::StoreError;
 
-/// Renews `lease` every third of `ttl` until dropped. When a renewal fails (the lease
-/// expired or moved to another node) it cancels `lost`, so the work under it stops.
+/// Calls `renew` every `period` until dropped. When a renewal fails (the lease expired
+/// or moved to another node) it cancels `lost`, so the work under it stops.
 pub struct Heartbeat {
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Heartbeat {
-    /// Starts renewing.
-    pub fn start(store: Store, lease: Lease, ttl: Duration, lost: CancellationToken) -> Self {
+    /// Starts renewing; `what` names the lease in logs.
+    pub fn start<F, Fut>(what: String, period: Duration, lost: CancellationToken, renew: F) -> Self
+    where
+        F: Fn() -> Fut + Send + 'static,
+        Fut: Future<Output = Result<(), StoreError>> + Send,
+    {
         let task = tokio::spawn(async move {
-            let mut interval = tokio::time::interval(ttl / 3);
+            let mut interval = tokio::time::interval(period);
             interval.tick().await;
             loop {
                 tokio::select! {
                     _ = lost.cancelled() => return,
                     _ = interval.tick() => {}
                 }
-                if let Err(e) = store.renew_lease(&lease, ttl).await {
-                    tracing::warn!(lease = %lease.name, error = %e, "lease lost; stopping its work");
+                if let Err(e) = renew().await {
+                    tracing::warn!(lease = %what, error = %e, "lease lost; stopping its work");
                     lost.cancel();
                     return;
                 }

@@ -3,7 +3,9 @@
 mod heartbeat;
 mod rewrite;
 mod scheduler;
+mod shuffle;
 mod sync;
+pub mod tasks;
 
 pub use heartbeat::Heartbeat;
 pub use scheduler::Scheduler;

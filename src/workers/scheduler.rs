@@ -37,13 +37,14 @@ impl Scheduler {
         changes: ChangeStore,
         settings: SchedulerSettings,
         node: String,
+        catalogs: CatalogCache,
     ) -> Self {
         Self {
             store,
             changes,
             settings,
             node,
-            catalogs: CatalogCache::default(),
+            catalogs,
         }
     }
 
@@ -106,18 +107,19 @@ impl Scheduler {
     }
 
     async fn sync(&self, table: SourceTable, lease: crate::store::Lease, stop: CancellationToken) {
-        let _heartbeat = Heartbeat::start(
-            self.store.clone(),
-            lease.clone(),
-            self.settings.lease_ttl,
-            stop.clone(),
-        );
+        let _heartbeat = {
+            let (store, held, ttl) = (self.store.clone(), lease.clone(), self.settings.lease_ttl);
+            Heartbeat::start(lease.name.clone(), ttl / 3, stop.clone(), move || {
+                let (store, held) = (store.clone(), held.clone());
+                async move { store.renew_lease(&held, ttl).await }
+            })
+        };
         let sync = TableSync {
             store: &self.store,
             changes: &self.changes,
             lease: &lease,
             stop: &stop,
-            file_concurrency: self.settings.file_concurrency,
+            settings: &self.settings,
             catalogs: &self.catalogs,
         };
         let span = tracing::info_span!("sync", table = %table.table_name, id = %table.id);

@@ -11,6 +11,7 @@ use super::rewrite::Rewrite;
 use crate::catalog::{CatalogCache, CatalogConfig, CatalogError, parse_ident};
 use crate::changelog::{self, AddedFile, LineageError, PlanError, SnapshotPlan};
 use crate::changes::{ChangeStore, ChangeStoreError};
+use crate::config::SchedulerSettings;
 use crate::store::{Lease, NewChangeSet, NewSegment, PollOutcome, SourceTable, Store, StoreError};
 
 /// Why a sync stopped early.
@@ -59,7 +60,7 @@ pub struct TableSync<'a> {
     pub changes: &'a ChangeStore,
     pub lease: &'a Lease,
     pub stop: &'a CancellationToken,
-    pub file_concurrency: usize,
+    pub settings: &'a SchedulerSettings,
     pub catalogs: &'a CatalogCache,
 }
 
@@ -144,9 +145,25 @@ impl TableSync<'_> {
             })
             .collect::<Vec<_>>();
         futures::stream::iter(copies)
-            .buffered(self.file_concurrency)
+            .buffered(self.settings.file_concurrency)
             .try_collect()
             .await
+    }
+
+    /// A published snapshot's tasks and shuffle files are no longer needed; what a
+    /// failure here leaves behind is harmless and removed with the table.
+    async fn clean_up_shuffle(&self, table: &SourceTable, snapshot_id: i64) {
+        if let Err(e) = self
+            .store
+            .delete_snapshot_tasks(table.id, snapshot_id)
+            .await
+        {
+            tracing::warn!(error = %e, snapshot_id, "could not delete shuffle tasks");
+        }
+        let prefix = super::shuffle::shuffle_prefix(table.id, snapshot_id);
+        if let Err(e) = self.changes.delete_prefix(&prefix).await {
+            tracing::warn!(error = %e, snapshot_id, "could not delete shuffle files");
+        }
     }
 
     async fn publish(
@@ -163,6 +180,7 @@ impl TableSync<'_> {
             .schema_id()
             .and_then(|id| metadata.schema_by_id(id))
             .unwrap_or_else(|| metadata.current_schema());
+        let shuffled = matches!(plan, SnapshotPlan::Rewrite { .. });
         let segments = match plan {
             SnapshotPlan::Inserts(files) => {
                 self.copy_inserts(table, iceberg, snapshot_id, files)
@@ -170,12 +188,12 @@ impl TableSync<'_> {
             }
             SnapshotPlan::Rewrite { removed, added } => {
                 let rewrite = Rewrite {
+                    store: self.store,
                     table,
-                    file_io: iceberg.file_io(),
                     snapshot,
                     schema,
-                    changes: self.changes,
-                    file_concurrency: self.file_concurrency,
+                    settings: self.settings,
+                    stop: self.stop,
                 };
                 rewrite.compute(removed, added).await?
             }
@@ -205,6 +223,9 @@ impl TableSync<'_> {
         metrics::counter!("icefeed_scheduler_rows_published_total").increment(rows as u64);
         metrics::counter!("icefeed_scheduler_change_sets_published_total").increment(1);
         tracing::info!(table = %table.table_name, snapshot_id, ordinal, rows, kind, "published change set");
+        if shuffled {
+            self.clean_up_shuffle(table, snapshot_id).await;
+        }
         Ok(())
     }
 }

@@ -49,6 +49,9 @@ pub fn test_settings(database_url: &str, change_store: &Path) -> Settings {
     s.scheduler.tick = Duration::from_millis(50);
     s.scheduler.lease_ttl = Duration::from_secs(5);
     s.scheduler.default_poll_interval = Duration::from_millis(200);
+    // Small shuffles still spread over several buckets and reduce tasks.
+    s.scheduler.shuffle_buckets = 8;
+    s.scheduler.reduce_target_bytes = 4096;
     s.api.shutdown_grace = Duration::from_secs(5);
     s
 }

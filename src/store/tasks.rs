@@ -1,0 +1,181 @@
+//! Tasks: claimed with `FOR UPDATE SKIP LOCKED`, leased with an expiry and an epoch,
+//! retried a bounded number of times.
+
+use std::time::Duration;
+
+use super::{Store, StoreError, TableId};
+
+/// A task this node claimed.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct ClaimedTask {
+    pub id: String,
+    pub table_id: TableId,
+    pub snapshot_id: i64,
+    pub kind: String,
+    pub payload: serde_json::Value,
+    pub attempts: i32,
+    pub owner: String,
+    pub epoch: i64,
+}
+
+/// A task as its coordinator sees it.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct TaskStatus {
+    pub id: String,
+    pub state: String,
+    pub result: Option<serde_json::Value>,
+    pub error: Option<String>,
+}
+
+impl Store {
+    /// Creates tasks unless they exist (same ids: planning again is a no-op).
+    pub async fn create_tasks(
+        &self,
+        table: TableId,
+        snapshot_id: i64,
+        kind: &str,
+        tasks: &[(String, serde_json::Value)],
+    ) -> Result<(), StoreError> {
+        let (ids, payloads): (Vec<String>, Vec<serde_json::Value>) = tasks.iter().cloned().unzip();
+        sqlx::query(
+            "INSERT INTO tasks (id, table_id, snapshot_id, kind, payload) \
+             SELECT u.id, $1, $2, $3, u.payload FROM unnest($4::text[], $5::jsonb[]) AS u(id, payload) \
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(table)
+        .bind(snapshot_id)
+        .bind(kind)
+        .bind(&ids)
+        .bind(&payloads)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Claims the oldest task that is pending or whose holder's lease expired. Tasks that
+    /// used up `max_attempts` are failed instead of claimed again.
+    pub async fn claim_task(
+        &self,
+        owner: &str,
+        ttl: Duration,
+        max_attempts: i32,
+    ) -> Result<Option<ClaimedTask>, StoreError> {
+        sqlx::query(
+            "UPDATE tasks SET state = 'failed', \
+               error = coalesce(error, 'its worker stopped answering ' || attempts || ' times') \
+             WHERE state = 'running' AND expires_at <= now() AND attempts >= $1",
+        )
+        .bind(max_attempts)
+        .execute(&self.pool)
+        .await?;
+        Ok(sqlx::query_as(
+            "UPDATE tasks t SET state = 'running', owner = $1, epoch = t.epoch + 1, \
+               attempts = t.attempts + 1, expires_at = now() + make_interval(secs => $2) \
+             WHERE t.id = (SELECT id FROM tasks \
+                            WHERE state = 'pending' OR (state = 'running' AND expires_at <= now()) \
+                            ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
+             RETURNING t.id, t.table_id, t.snapshot_id, t.kind, t.payload, t.attempts, \
+                       t.owner, t.epoch",
+        )
+        .bind(owner)
+        .bind(ttl.as_secs_f64())
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    /// Extends a claimed task's lease; `LeaseLost` when another node took it over.
+    pub async fn renew_task(&self, task: &ClaimedTask, ttl: Duration) -> Result<(), StoreError> {
+        let done = sqlx::query(
+            "UPDATE tasks SET expires_at = now() + make_interval(secs => $4) \
+             WHERE id = $1 AND owner = $2 AND epoch = $3 AND state = 'running'",
+        )
+        .bind(&task.id)
+        .bind(&task.owner)
+        .bind(task.epoch)
+        .bind(ttl.as_secs_f64())
+        .execute(&self.pool)
+        .await?;
+        match done.rows_affected() {
+            1 => Ok(()),
+            _ => Err(StoreError::LeaseLost(task.id.clone())),
+        }
+    }
+
+    /// Records a task's result, unless another node took the task over meanwhile.
+    pub async fn complete_task(
+        &self,
+        task: &ClaimedTask,
+        result: &serde_json::Value,
+    ) -> Result<(), StoreError> {
+        let done = sqlx::query(
+            "UPDATE tasks SET state = 'done', result = $4, error = NULL, expires_at = NULL \
+             WHERE id = $1 AND owner = $2 AND epoch = $3 AND state = 'running'",
+        )
+        .bind(&task.id)
+        .bind(&task.owner)
+        .bind(task.epoch)
+        .bind(result)
+        .execute(&self.pool)
+        .await?;
+        match done.rows_affected() {
+            1 => Ok(()),
+            _ => Err(StoreError::LeaseLost(task.id.clone())),
+        }
+    }
+
+    /// Records a failure: the task is retried while attempts remain, unless `permanent`.
+    pub async fn fail_task(
+        &self,
+        task: &ClaimedTask,
+        error: &str,
+        permanent: bool,
+        max_attempts: i32,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE tasks SET error = $4, expires_at = NULL, \
+               state = CASE WHEN $5 OR attempts >= $6 THEN 'failed' ELSE 'pending' END \
+             WHERE id = $1 AND owner = $2 AND epoch = $3 AND state = 'running'",
+        )
+        .bind(&task.id)
+        .bind(&task.owner)
+        .bind(task.epoch)
+        .bind(error)
+        .bind(permanent)
+        .bind(max_attempts)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The tasks of one kind of a snapshot, by id.
+    pub async fn snapshot_tasks(
+        &self,
+        table: TableId,
+        snapshot_id: i64,
+        kind: &str,
+    ) -> Result<Vec<TaskStatus>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT id, state, result, error FROM tasks \
+             WHERE table_id = $1 AND snapshot_id = $2 AND kind = $3 ORDER BY id",
+        )
+        .bind(table)
+        .bind(snapshot_id)
+        .bind(kind)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Forgets a snapshot's tasks (after publishing it, or to plan it afresh).
+    pub async fn delete_snapshot_tasks(
+        &self,
+        table: TableId,
+        snapshot_id: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM tasks WHERE table_id = $1 AND snapshot_id = $2")
+            .bind(table)
+            .bind(snapshot_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+}

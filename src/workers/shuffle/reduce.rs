@@ -1,0 +1,93 @@
+//! Reduce task: read a run of buckets from every map task, pair rows by key, and write
+//! one segment of the change set.
+
+use arrow::array::Int8Array;
+use arrow::array::{AsArray, RecordBatch};
+use arrow::compute::kernels::cmp::eq;
+use arrow::compute::{concat_batches, filter_record_batch};
+use arrow::datatypes::Int8Type;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+
+use super::map::SIDE;
+use super::{ReduceResult, ReduceTask};
+use crate::changelog::carryover::{PairError, Survivors, pair};
+use crate::changes::ChangeStore;
+use crate::changes::writer::encode_changes;
+use crate::store::ClaimedTask;
+use crate::workers::tasks::{TaskContext, TaskError, render_key};
+
+/// Runs a reduce task.
+pub async fn run_reduce(
+    ctx: &TaskContext,
+    task: &ClaimedTask,
+    reduce: ReduceTask,
+) -> Result<ReduceResult, TaskError> {
+    let opened = ctx.open(task.table_id, reduce.schema_id).await?;
+    let schema = opened.read.batch_schema();
+    let (mut deleted, mut inserted) = (Vec::new(), Vec::new());
+    for input in &reduce.inputs {
+        let bytes = ctx
+            .changes
+            .get(&input.path)
+            .await
+            .map_err(TaskError::retryable)?;
+        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+            .and_then(|b| b.build())
+            .map_err(TaskError::retryable)?;
+        for batch in reader {
+            let batch = batch.map_err(TaskError::retryable)?;
+            let side = batch
+                .column_by_name(SIDE)
+                .and_then(|c| c.as_primitive_opt::<Int8Type>())
+                .ok_or_else(|| {
+                    TaskError::Retryable(format!("shuffle file {} is corrupt", input.path))
+                })?;
+            for (value, out) in [(0i8, &mut deleted), (1i8, &mut inserted)] {
+                let mask = eq(side, &Int8Array::new_scalar(value)).map_err(TaskError::retryable)?;
+                let rows = filter_record_batch(&batch, &mask).map_err(TaskError::retryable)?;
+                let columns = rows.columns()[1..].to_vec();
+                out.push(
+                    RecordBatch::try_new(schema.clone(), columns).map_err(TaskError::retryable)?,
+                );
+            }
+        }
+    }
+    let survivors = Survivors {
+        deleted: concat_batches(&schema, &deleted).map_err(TaskError::retryable)?,
+        inserted: concat_batches(&schema, &inserted).map_err(TaskError::retryable)?,
+    };
+    let changes = pair(&survivors, &reduce.key).map_err(|e| match e {
+        PairError::DuplicateKey(d) => {
+            let batch = if d.side == "deleted" {
+                &survivors.deleted
+            } else {
+                &survivors.inserted
+            };
+            let key = render_key(&opened.schema, batch, d.second as usize, &reduce.key);
+            TaskError::Permanent(format!(
+                "the identifier columns are not unique: two {} rows have the key {key}",
+                d.side
+            ))
+        }
+        PairError::Arrow(e) => TaskError::retryable(e),
+    })?;
+    if changes.is_empty() {
+        return Ok(ReduceResult {
+            rows: 0,
+            path: None,
+            size: 0,
+        });
+    }
+    let bytes = encode_changes(&survivors, &changes).map_err(TaskError::retryable)?;
+    let path = ChangeStore::segment_key(task.table_id, task.snapshot_id, reduce.n);
+    let size = bytes.len() as i64;
+    ctx.changes
+        .put(&path, bytes)
+        .await
+        .map_err(TaskError::retryable)?;
+    Ok(ReduceResult {
+        rows: changes.len() as i64,
+        path: Some(path),
+        size,
+    })
+}

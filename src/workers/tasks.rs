@@ -1,0 +1,212 @@
+//! The task runner: every node claims shuffle tasks of any table from PostgreSQL and runs
+//! them under a heartbeat; results are recorded only while the claim is still held.
+
+use arrow::array::RecordBatch;
+use futures::{StreamExt, TryStreamExt};
+use iceberg::io::FileIO;
+use iceberg::spec::SchemaRef;
+use rand::Rng;
+use tokio_util::sync::CancellationToken;
+
+use super::heartbeat::Heartbeat;
+use super::shuffle::{MapTask, ReduceTask, run_map, run_reduce};
+use crate::catalog::{CatalogCache, CatalogConfig, parse_ident};
+use crate::changelog::read::read_data_file;
+use crate::changes::json::{JsonOptions, RecordEncoder};
+use crate::changes::{ChangeStore, ReadSchema};
+use crate::config::SchedulerSettings;
+use crate::store::{ClaimedTask, Store, StoreError, TableId};
+
+/// Why a task failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TaskError {
+    /// Worth another attempt (I/O, a catalog hiccup).
+    #[error("{0}")]
+    Retryable(String),
+    /// Will fail again whatever happens (the data is wrong): stop the table now.
+    #[error("{0}")]
+    Permanent(String),
+}
+
+impl TaskError {
+    /// A retryable error from anything displayable.
+    pub fn retryable(e: impl std::fmt::Display) -> Self {
+        TaskError::Retryable(e.to_string())
+    }
+}
+
+/// The table a task works on, opened.
+pub struct Opened {
+    pub file_io: FileIO,
+    pub read: ReadSchema,
+    pub schema: SchemaRef,
+}
+
+/// What tasks need to run.
+#[derive(Clone)]
+pub struct TaskContext {
+    pub store: Store,
+    pub changes: ChangeStore,
+    pub catalogs: CatalogCache,
+    pub file_concurrency: usize,
+}
+
+impl TaskContext {
+    /// Loads the task's table and the schema its snapshot is read with.
+    pub async fn open(&self, table: TableId, schema_id: i32) -> Result<Opened, TaskError> {
+        let source = self
+            .store
+            .get_table(table)
+            .await
+            .map_err(TaskError::retryable)?;
+        let config = CatalogConfig::from_json(&source.catalog).map_err(TaskError::retryable)?;
+        let ident = parse_ident(&source.table_name).map_err(TaskError::retryable)?;
+        let iceberg = self
+            .catalogs
+            .load_table(&config, &ident)
+            .await
+            .map_err(TaskError::retryable)?;
+        let schema = iceberg
+            .metadata()
+            .schema_by_id(schema_id)
+            .cloned()
+            .ok_or_else(|| {
+                TaskError::Permanent(format!("schema {schema_id} is gone from the table"))
+            })?;
+        let read = ReadSchema::new(&schema).map_err(TaskError::retryable)?;
+        Ok(Opened {
+            file_io: iceberg.file_io().clone(),
+            read,
+            schema,
+        })
+    }
+
+    /// Reads data files concurrently, in order.
+    pub async fn read_files(
+        &self,
+        opened: &Opened,
+        paths: &[String],
+    ) -> Result<Vec<RecordBatch>, TaskError> {
+        let reads: Vec<_> = paths
+            .iter()
+            .map(|path| {
+                let (file_io, path, read) =
+                    (opened.file_io.clone(), path.clone(), opened.read.clone());
+                async move {
+                    read_data_file(&file_io, &path, &read)
+                        .await
+                        .map_err(TaskError::retryable)
+                }
+            })
+            .collect();
+        let batches: Vec<Vec<RecordBatch>> = futures::stream::iter(reads)
+            .buffered(self.file_concurrency)
+            .try_collect()
+            .await?;
+        Ok(batches.into_iter().flatten().collect())
+    }
+}
+
+/// A key as JSON, for error messages.
+pub fn render_key(schema: &SchemaRef, batch: &RecordBatch, row: usize, key: &[usize]) -> String {
+    let fields = schema.as_struct().fields();
+    let rendered = RecordEncoder::try_new(fields, batch.schema().fields(), &JsonOptions::default())
+        .and_then(|encoder| {
+            let mut out = Vec::new();
+            encoder
+                .bind(batch.columns())?
+                .write_fields(row, key, &mut out);
+            Ok(String::from_utf8_lossy(&out).into_owned())
+        });
+    rendered.unwrap_or_else(|e| format!("(unprintable: {e})"))
+}
+
+/// Claims and runs tasks until stopped.
+#[derive(Clone)]
+pub struct TaskRunner {
+    pub context: TaskContext,
+    pub settings: SchedulerSettings,
+    pub node: String,
+}
+
+impl TaskRunner {
+    /// Runs until `stop` is cancelled; a task in flight is abandoned (its claim expires).
+    pub async fn run(self, stop: CancellationToken) {
+        loop {
+            let worked = match self.run_once(&stop).await {
+                Ok(worked) => worked,
+                Err(e) => {
+                    tracing::warn!(error = %e, "claiming a task failed");
+                    false
+                }
+            };
+            if stop.is_cancelled() {
+                return;
+            }
+            if !worked {
+                let jitter = rand::rng().random_range(0.8..1.2);
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(self.settings.tick.mul_f64(jitter)) => {}
+                }
+            }
+        }
+    }
+
+    /// Claims one task and runs it; false when there was none.
+    pub async fn run_once(&self, stop: &CancellationToken) -> Result<bool, StoreError> {
+        let (ttl, max) = (self.settings.lease_ttl, self.settings.max_task_attempts);
+        let store = &self.context.store;
+        let Some(task) = store.claim_task(&self.node, ttl, max).await? else {
+            return Ok(false);
+        };
+        let lost = stop.child_token();
+        let _heartbeat = {
+            let (store, held) = (store.clone(), task.clone());
+            Heartbeat::start(task.id.clone(), ttl / 3, lost.clone(), move || {
+                let (store, held) = (store.clone(), held.clone());
+                async move { store.renew_task(&held, ttl).await }
+            })
+        };
+        let started = std::time::Instant::now();
+        let outcome = tokio::select! {
+            outcome = self.execute(&task) => outcome,
+            _ = lost.cancelled() => return Ok(true),
+        };
+        metrics::histogram!("icefeed_task_duration_seconds", "kind" => task.kind.clone())
+            .record(started.elapsed().as_secs_f64());
+        match outcome {
+            Ok(result) => match store.complete_task(&task, &result).await {
+                Err(StoreError::LeaseLost(_)) => tracing::info!(task = %task.id, "task taken over"),
+                other => other?,
+            },
+            Err(e) => {
+                metrics::counter!("icefeed_task_failures_total", "kind" => task.kind.clone())
+                    .increment(1);
+                let permanent = matches!(e, TaskError::Permanent(_));
+                tracing::warn!(task = %task.id, attempt = task.attempts, error = %e, "task failed");
+                store
+                    .fail_task(&task, &e.to_string(), permanent, max)
+                    .await?;
+            }
+        }
+        Ok(true)
+    }
+
+    async fn execute(&self, task: &ClaimedTask) -> Result<serde_json::Value, TaskError> {
+        let payload = task.payload.clone();
+        let bad = |e: serde_json::Error| TaskError::Permanent(format!("malformed task: {e}"));
+        let result = match task.kind.as_str() {
+            "map" => {
+                let map: MapTask = serde_json::from_value(payload).map_err(bad)?;
+                serde_json::to_value(run_map(&self.context, task, map).await?)
+            }
+            "reduce" => {
+                let reduce: ReduceTask = serde_json::from_value(payload).map_err(bad)?;
+                serde_json::to_value(run_reduce(&self.context, task, reduce).await?)
+            }
+            other => return Err(TaskError::Permanent(format!("unknown task kind {other}"))),
+        };
+        Ok(result.expect("task results serialize"))
+    }
+}
