@@ -189,3 +189,66 @@ async fn two_processes_publish_each_snapshot_exactly_once() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_killed_mid_shuffle_loses_and_duplicates_nothing() {
+    use crate::oracle::{compare, oracle, random_history, register};
+    use crate::support::Node;
+
+    let wh = Warehouse::new().await;
+    let mut histories = Vec::new();
+    for seed in 1..=8 {
+        let model = random_history(&wh, seed).await;
+        let expected = oracle(&model).await;
+        histories.push((model, expected));
+    }
+    let db = fresh_database().await;
+    let store = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::new();
+    let mut nodes: Vec<Process> = ["node-a", "node-b", "node-c"]
+        .iter()
+        .map(|name| spawn_node(&db, store.path(), name))
+        .collect();
+    for node in &nodes {
+        wait_ready(&http, node).await;
+    }
+    let client = Node::remote(nodes[1].base.clone());
+    let mut ids = Vec::new();
+    for (model, _) in &histories {
+        ids.push(register(&client, &wh, model).await);
+    }
+
+    // SIGKILL whichever node holds a running shuffle task.
+    let pool = sqlx::PgPool::connect(&db).await.unwrap();
+    let victim: String = wait_until(Duration::from_secs(60), || async {
+        sqlx::query_scalar("SELECT owner FROM tasks WHERE state = 'running' LIMIT 1")
+            .fetch_optional(&pool)
+            .await
+            .unwrap()
+    })
+    .await;
+    let index = ["node-a", "node-b", "node-c"]
+        .iter()
+        .position(|n| *n == victim)
+        .unwrap();
+    let mut killed = nodes.remove(index);
+    killed.child.kill().unwrap();
+    killed.child.wait().unwrap();
+    let survivor = Node::remote(nodes[0].base.clone());
+
+    for ((model, expected), id) in histories.iter().zip(&ids) {
+        compare(&survivor, id, model, expected).await;
+    }
+    let gaps: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT table_id, max(ordinal) - count(*) AS gap FROM change_sets \
+         GROUP BY table_id) g WHERE gap <> 0",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(gaps, 0, "ordinals are gap-free in every table");
+    for node in nodes {
+        let (status, log) = terminate(node);
+        assert!(status.success(), "{log}");
+    }
+}

@@ -138,7 +138,7 @@ fn json_rows(batches: &[RecordBatch]) -> Vec<Value> {
 }
 
 /// A table being written, with the rows each live data file holds.
-struct Model {
+pub(crate) struct Model {
     name: String,
     identifier: bool,
     partitioned: bool,
@@ -367,7 +367,7 @@ fn diff(prev: &[Value], cur: &[Value], key_columns: &[&str]) -> Vec<String> {
 }
 
 /// The oracle's change set of every snapshot of `model`, oldest first, from scans.
-async fn oracle(model: &Model) -> Vec<(i64, Vec<String>)> {
+pub(crate) async fn oracle(model: &Model) -> Vec<(i64, Vec<String>)> {
     let key_columns: &[&str] = if model.identifier { &["id"] } else { &[] };
     let mut prev = Vec::new();
     let mut out = Vec::new();
@@ -384,7 +384,7 @@ async fn oracle(model: &Model) -> Vec<(i64, Vec<String>)> {
 // ---------------------------------------------------------------------------------------
 
 /// Registers `model`'s table from its earliest snapshot; returns the registration id.
-async fn register(node: &Node, wh: &Warehouse, model: &Model) -> String {
+pub(crate) async fn register(node: &Node, wh: &Warehouse, model: &Model) -> String {
     let columns = if model.identifier {
         json!(["id"])
     } else {
@@ -402,7 +402,7 @@ async fn register(node: &Node, wh: &Warehouse, model: &Model) -> String {
 
 /// Waits until icefeed published `model`'s last snapshot, then compares every snapshot's
 /// events with the oracle.
-async fn compare(node: &Node, id: &str, model: &Model, expected: &[(i64, Vec<String>)]) {
+pub(crate) async fn compare(node: &Node, id: &str, model: &Model, expected: &[(i64, Vec<String>)]) {
     let last = model.snapshots.last().unwrap().0;
     let label = |snapshot: Option<i64>| {
         model
@@ -742,7 +742,7 @@ async fn random_step(
 
 /// A random history for `seed`: the seed's low bits choose the table shape so that
 /// consecutive seeds cover all four.
-async fn random_history(wh: &Warehouse, seed: u64) -> Model {
+pub(crate) async fn random_history(wh: &Warehouse, seed: u64) -> Model {
     let mut rng = StdRng::seed_from_u64(seed);
     let partitioned = seed & 1 == 1;
     let identifier = seed & 2 == 2;

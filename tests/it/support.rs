@@ -82,6 +82,15 @@ impl Node {
         (node, store)
     }
 
+    /// A client of a node running in another process.
+    pub fn remote(base: String) -> Self {
+        Self {
+            base,
+            http: reqwest::Client::new(),
+            running: None,
+        }
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
