@@ -147,6 +147,26 @@ impl Store {
         Ok(())
     }
 
+    /// How many tasks of one kind of a snapshot there are and are done, and the error of
+    /// a failed one: cheap enough to ask every few milliseconds.
+    pub async fn task_progress(
+        &self,
+        table: TableId,
+        snapshot_id: i64,
+        kind: &str,
+    ) -> Result<(i64, i64, Option<String>), StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT count(*), count(*) FILTER (WHERE state = 'done'), \
+                    min(coalesce(error, 'failed')) FILTER (WHERE state = 'failed') \
+               FROM tasks WHERE table_id = $1 AND snapshot_id = $2 AND kind = $3",
+        )
+        .bind(table)
+        .bind(snapshot_id)
+        .bind(kind)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
     /// The tasks of one kind of a snapshot, by id.
     pub async fn snapshot_tasks(
         &self,

@@ -173,12 +173,11 @@ impl Shuffle<'_> {
     /// failed task stops the table with its error (and is forgotten, so a retry replans).
     async fn wait<T: for<'de> Deserialize<'de>>(&self, kind: &str) -> Result<Vec<T>, SyncError> {
         loop {
-            let tasks = self
+            let (total, done, failed) = self
                 .store
-                .snapshot_tasks(self.table, self.snapshot_id, kind)
+                .task_progress(self.table, self.snapshot_id, kind)
                 .await?;
-            if let Some(failed) = tasks.iter().find(|t| t.state == "failed") {
-                let error = failed.error.clone().unwrap_or_default();
+            if let Some(error) = failed {
                 self.store
                     .delete_snapshot_tasks(self.table, self.snapshot_id)
                     .await?;
@@ -187,7 +186,12 @@ impl Shuffle<'_> {
                     snapshot: Some(self.snapshot_id),
                 });
             }
-            if tasks.iter().all(|t| t.state == "done") {
+            if done == total {
+                // Results are read once, when every task is done.
+                let tasks = self
+                    .store
+                    .snapshot_tasks(self.table, self.snapshot_id, kind)
+                    .await?;
                 return tasks
                     .into_iter()
                     .map(|t| {
