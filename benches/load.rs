@@ -1,0 +1,218 @@
+//! Load benchmark: how fast icefeed exports a taxi-sized Iceberg table and serves its feed,
+//! compared with the physical floor of decoding the same Parquet files with bare Arrow.
+//!
+//! `cargo bench --bench load -- [--rows N] [--dir PATH] [--files-rows R] [--pull-events M]`
+//!
+//! 1. generates (or reuses) a day-partitioned taxi table of N rows written in 9 appends;
+//! 2. scans all its data files with bare Arrow on 2 threads (the floor);
+//! 3. registers the table with an in-process node on a fresh PostgreSQL database and times
+//!    the initial export until the checkpoint appears;
+//! 4. pages through the feed as JSON and as NDJSON;
+//! 5. prints a table of results and the peak RSS.
+//!
+//! PostgreSQL: `ICEFEED_BENCH_DATABASE_URL` (a role that may create databases).
+
+#[path = "load/generate.rs"]
+mod generate;
+#[path = "load/scan.rs"]
+mod scan;
+#[path = "load/service.rs"]
+mod service;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+
+const DEFAULT_ADMIN_URL: &str = "postgres://icefeed:icefeed@127.0.0.1:5432/icefeed";
+
+/// Arguments after `--` of `cargo bench --bench load`.
+#[derive(Debug, Parser)]
+#[command(name = "load", about = "icefeed load benchmark")]
+struct Args {
+    /// Rows of the generated table.
+    #[arg(long, default_value_t = 2_000_000)]
+    rows: u64,
+    /// Directory of the table (catalog.db and warehouse/); reused when it holds exactly
+    /// `--rows` rows. Default: `$HOME/.cache/icefeed/bench/taxi-<rows>`.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Upper bound on rows per data file. The default keeps one file per day partition and
+    /// append up to ~50M rows, i.e. ~112k rows per file (~373 files) at 41M rows.
+    #[arg(long, default_value_t = generate::DEFAULT_MAX_ROWS_PER_FILE)]
+    files_rows: usize,
+    /// Events to pull through the changes endpoint (default: min(rows, 2,000,000)).
+    #[arg(long)]
+    pull_events: Option<u64>,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+/// One line of the results table.
+struct Row {
+    scenario: String,
+    rows: u64,
+    elapsed: Duration,
+    bytes: u64,
+}
+
+impl Row {
+    fn rate(&self) -> f64 {
+        self.rows as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .init();
+    }
+    anyhow::ensure!(args.rows > 0, "--rows must be positive");
+    let dir = match &args.dir {
+        Some(dir) => dir.clone(),
+        None => default_dir(args.rows)?,
+    };
+    let pull_events = args.pull_events.unwrap_or(args.rows.min(2_000_000));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+
+    // 1. The table.
+    let table = runtime.block_on(generate::ensure_table(&dir, args.rows, args.files_rows))?;
+    println!("{}", table.describe());
+
+    // 2. The floor: bare Arrow, 2 threads, best of two runs (the second with a warm cache).
+    let paths: Vec<PathBuf> = table.files.iter().map(|f| f.path.clone()).collect();
+    let mut best: Option<Duration> = None;
+    for run in 1..=2 {
+        let (rows, elapsed) = scan::bare_scan(&paths, 2)?;
+        anyhow::ensure!(
+            rows == table.rows,
+            "bare scan read {rows} rows, the snapshot says {}",
+            table.rows
+        );
+        println!(
+            "bare scan run {run}: {rows} rows in {:.2}s ({})",
+            elapsed.as_secs_f64(),
+            per_second(rows as f64 / elapsed.as_secs_f64())
+        );
+        best = Some(best.map_or(elapsed, |b| b.min(elapsed)));
+    }
+    let scan_row = Row {
+        scenario: "bare Arrow scan (2 threads)".into(),
+        rows: table.rows,
+        elapsed: best.expect("two runs"),
+        bytes: table.bytes(),
+    };
+    let peak_before_service = peak_rss_kib();
+    // Peak RSS of the service phases alone (Linux resets VmHWM on "5").
+    let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+
+    // 3 and 4. The service.
+    let admin_url = std::env::var("ICEFEED_BENCH_DATABASE_URL")
+        .unwrap_or_else(|_| DEFAULT_ADMIN_URL.to_string());
+    let outcome = runtime.block_on(service::run(&admin_url, &table, pull_events))?;
+
+    // 5. Results.
+    let floor = scan_row.rate();
+    let mut rows = vec![
+        Row {
+            scenario: format!("generate ({} appends)", generate::APPENDS),
+            rows: table.rows,
+            elapsed: table.generated_in.unwrap_or_default(),
+            bytes: table.bytes(),
+        },
+        scan_row,
+        Row {
+            scenario: "initial load (POST → checkpoint)".into(),
+            rows: table.rows,
+            elapsed: outcome.initial_load,
+            bytes: outcome.initial_load_bytes,
+        },
+    ];
+    for pull in &outcome.pulls {
+        rows.push(Row {
+            scenario: format!("pull {} (limit {})", pull.format, service::PAGE_LIMIT),
+            rows: pull.events,
+            elapsed: pull.elapsed,
+            bytes: pull.bytes,
+        });
+    }
+    if table.generated_in.is_none() {
+        rows.remove(0);
+    }
+    println!();
+    println!(
+        "{:<34} {:>12} {:>9} {:>13} {:>9} {:>9}",
+        "scenario", "rows/events", "seconds", "per second", "MB/s", "vs scan"
+    );
+    for row in &rows {
+        println!(
+            "{:<34} {:>12} {:>9.2} {:>13} {:>9.1} {:>8.2}x",
+            row.scenario,
+            row.rows,
+            row.elapsed.as_secs_f64(),
+            per_second(row.rate()),
+            row.bytes as f64 / 1e6 / row.elapsed.as_secs_f64(),
+            row.rate() / floor
+        );
+    }
+    println!("(MB/s: Parquet bytes for generate, scan and load; response bodies for pulls)");
+    for pull in &outcome.pulls {
+        println!(
+            "pull {}: {} pages, {:.0} bytes/event, {:.2}s checking bodies in the benchmark \
+             ({} without it), last page more={}, check: {}",
+            pull.format,
+            pull.pages,
+            pull.bytes as f64 / pull.events.max(1) as f64,
+            pull.client.as_secs_f64(),
+            per_second(pull.events as f64 / (pull.elapsed - pull.client).as_secs_f64()),
+            pull.last_more,
+            pull.check
+        );
+    }
+    let peak = peak_rss_kib();
+    match (reset, peak_before_service, peak) {
+        (true, Some(before), Some(service)) => println!(
+            "peak RSS: {:.0} MiB up to the bare scan; {:.0} MiB during the service phases",
+            before as f64 / 1024.0,
+            service as f64 / 1024.0
+        ),
+        (_, _, Some(peak)) => println!("peak RSS: {:.0} MiB", peak as f64 / 1024.0),
+        _ => println!("peak RSS: unavailable"),
+    }
+    Ok(())
+}
+
+fn default_dir(rows: u64) -> anyhow::Result<PathBuf> {
+    let home = std::env::var_os("HOME").context("HOME is not set; pass --dir")?;
+    Ok(PathBuf::from(home)
+        .join(".cache/icefeed/bench")
+        .join(format!("taxi-{rows}")))
+}
+
+/// `VmHWM` of this process in KiB.
+fn peak_rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// A rate with a thousands suffix, e.g. `1.23M/s`.
+fn per_second(rate: f64) -> String {
+    match rate {
+        r if r >= 1e6 => format!("{:.2}M/s", r / 1e6),
+        r if r >= 1e3 => format!("{:.1}k/s", r / 1e3),
+        r => format!("{r:.0}/s"),
+    }
+}

@@ -1,0 +1,320 @@
+//! The service phases: a node on a fresh database, the initial export of the table, and
+//! paging through its feed as JSON and NDJSON.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use icefeed::api::changes::{MORE_HEADER, NEXT_CURSOR_HEADER};
+use icefeed::config::{SchedulerSettings, Settings};
+use reqwest::StatusCode;
+use reqwest::header::ACCEPT;
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::Value;
+use sqlx::{Connection, Executor, PgConnection};
+use tokio_util::sync::CancellationToken;
+
+use crate::generate::BenchTable;
+
+/// Events per page of the pull phases.
+pub const PAGE_LIMIT: u64 = 10_000;
+const CHECKPOINT_POLL: Duration = Duration::from_millis(20);
+const CHECKPOINT_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// What the service phases measured.
+pub struct Outcome {
+    /// From sending the registration to seeing the checkpoint.
+    pub initial_load: Duration,
+    /// Bytes the export copied into the change store.
+    pub initial_load_bytes: u64,
+    pub pulls: Vec<Pull>,
+}
+
+/// One pass over the feed.
+pub struct Pull {
+    pub format: &'static str,
+    pub events: u64,
+    pub pages: u64,
+    pub bytes: u64,
+    pub elapsed: Duration,
+    /// Of `elapsed`, the time the benchmark spent checking bodies (JSON parse, line count).
+    pub client: Duration,
+    pub last_more: bool,
+    /// "ok" or what did not add up.
+    pub check: String,
+}
+
+/// Runs the node on a database of its own, always dropping the database afterwards.
+pub async fn run(admin_url: &str, table: &BenchTable, pull_events: u64) -> anyhow::Result<Outcome> {
+    let db = Database::create(admin_url).await?;
+    let result = run_node(&db.url, table, pull_events).await;
+    let dropped = db.drop().await;
+    let outcome = result?;
+    dropped?;
+    Ok(outcome)
+}
+
+struct Database {
+    admin_url: String,
+    name: String,
+    url: String,
+}
+
+impl Database {
+    async fn create(admin_url: &str) -> anyhow::Result<Self> {
+        let name = format!("icefeed_bench_{}", uuid::Uuid::new_v4().simple());
+        let mut conn = PgConnection::connect(admin_url)
+            .await
+            .context("connecting to PostgreSQL (set ICEFEED_BENCH_DATABASE_URL)")?;
+        conn.execute(format!("CREATE DATABASE {name}").as_str())
+            .await?;
+        conn.close().await?;
+        let mut url = url::Url::parse(admin_url)?;
+        url.set_path(&name);
+        Ok(Self {
+            admin_url: admin_url.to_string(),
+            name,
+            url: url.to_string(),
+        })
+    }
+
+    async fn drop(self) -> anyhow::Result<()> {
+        let mut conn = PgConnection::connect(&self.admin_url).await?;
+        conn.execute(format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name).as_str())
+            .await?;
+        conn.close().await?;
+        Ok(())
+    }
+}
+
+async fn run_node(
+    database_url: &str,
+    table: &BenchTable,
+    pull_events: u64,
+) -> anyhow::Result<Outcome> {
+    let changes = tempfile::Builder::new()
+        .prefix("icefeed-bench-changes")
+        .tempdir()?;
+    let settings = Settings {
+        database_url: database_url.to_string(),
+        listen: "127.0.0.1:0".parse()?,
+        change_store: changes.path().display().to_string(),
+        scheduler: SchedulerSettings {
+            tick: Duration::from_millis(50),
+            default_poll_interval: Duration::from_millis(100),
+            ..SchedulerSettings::default()
+        },
+        ..Settings::default()
+    };
+    let stop = CancellationToken::new();
+    let node = icefeed::app::start(settings, stop.clone()).await?;
+    let base = format!("http://{}", node.addr);
+    let client = reqwest::Client::new();
+    let result = async {
+        let (id, initial_load) = initial_load(&client, &base, table).await?;
+        println!(
+            "initial load: {} rows in {:.2}s",
+            table.rows,
+            initial_load.as_secs_f64()
+        );
+        let initial_load_bytes = dir_size(changes.path())?;
+        let mut pulls = Vec::new();
+        for ndjson in [false, true] {
+            let pull = pull(&client, &base, &id, pull_events, table.rows, ndjson).await?;
+            println!(
+                "pull {}: {} events in {:.2}s",
+                pull.format,
+                pull.events,
+                pull.elapsed.as_secs_f64()
+            );
+            pulls.push(pull);
+        }
+        anyhow::Ok(Outcome {
+            initial_load,
+            initial_load_bytes,
+            pulls,
+        })
+    }
+    .await;
+    node.shutdown().await?;
+    result
+}
+
+/// Registers the table and waits for its first checkpoint; returns the id and the time.
+async fn initial_load(
+    client: &reqwest::Client,
+    base: &str,
+    table: &BenchTable,
+) -> anyhow::Result<(String, Duration)> {
+    let started = Instant::now();
+    let response = client
+        .post(format!("{base}/v1/tables"))
+        .json(&table.registration())
+        .send()
+        .await?;
+    let status = response.status();
+    let body: Value = response.json().await?;
+    if status != StatusCode::CREATED {
+        bail!("registration answered {status}: {body}");
+    }
+    let id = body["id"]
+        .as_str()
+        .context("registration without id")?
+        .to_string();
+    loop {
+        let view: Value = client
+            .get(format!("{base}/v1/tables/{id}"))
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?;
+        if !view["checkpoint"].is_null() {
+            return Ok((id, started.elapsed()));
+        }
+        if view["state"] == "error" {
+            bail!("the table went to the error state: {}", view["last_error"]);
+        }
+        if started.elapsed() > CHECKPOINT_TIMEOUT {
+            bail!("no checkpoint after {CHECKPOINT_TIMEOUT:?}: {view}");
+        }
+        tokio::time::sleep(CHECKPOINT_POLL).await;
+    }
+}
+
+#[derive(Deserialize)]
+struct JsonPage {
+    events: Vec<IgnoredAny>,
+    next: String,
+    more: bool,
+}
+
+/// Pages through the feed from its start, up to `max` events.
+async fn pull(
+    client: &reqwest::Client,
+    base: &str,
+    id: &str,
+    max: u64,
+    table_rows: u64,
+    ndjson: bool,
+) -> anyhow::Result<Pull> {
+    let url = format!("{base}/v1/tables/{id}/changes");
+    let mut after: Option<String> = None;
+    let (mut events, mut pages, mut bytes, mut last_more) = (0u64, 0u64, 0u64, true);
+    let mut problems = Vec::new();
+    let mut checking = Duration::ZERO;
+    let started = Instant::now();
+    while events < max {
+        let limit = PAGE_LIMIT.min(max - events);
+        let mut request = client.get(&url).query(&[("limit", limit)]);
+        if let Some(cursor) = &after {
+            request = request.query(&[("after", cursor)]);
+        }
+        if ndjson {
+            request = request.header(ACCEPT, "application/x-ndjson");
+        }
+        let response = request.send().await?;
+        let status = response.status();
+        if !status.is_success() {
+            bail!("page request answered {status}: {}", response.text().await?);
+        }
+        let (count, next, more, len) = if ndjson {
+            let header = |name: &str| {
+                response
+                    .headers()
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string)
+                    .with_context(|| format!("NDJSON page without {name}"))
+            };
+            let next = header(NEXT_CURSOR_HEADER)?;
+            let more = header(MORE_HEADER)? == "true";
+            let body = response.bytes().await?;
+            let parsing = Instant::now();
+            if pages == 0 && !body.is_empty() {
+                let first = body.split(|b| *b == b'\n').next().unwrap_or_default();
+                let event: Value = serde_json::from_slice(first)?;
+                anyhow::ensure!(event["op"] == "insert", "first event: {event}");
+            }
+            let lines = count_newlines(&body);
+            checking += parsing.elapsed();
+            (lines, next, more, body.len())
+        } else {
+            let body = response.bytes().await?;
+            let parsing = Instant::now();
+            let page: JsonPage = serde_json::from_slice(&body)?;
+            checking += parsing.elapsed();
+            (page.events.len() as u64, page.next, page.more, body.len())
+        };
+        pages += 1;
+        events += count;
+        bytes += len as u64;
+        last_more = more;
+        after = Some(next);
+        if count > limit {
+            problems.push(format!(
+                "page {pages} held {count} events for limit {limit}"
+            ));
+        }
+        if count < limit {
+            if more {
+                problems.push(format!("page {pages} was short ({count}) yet more=true"));
+            }
+            break;
+        }
+        if !more {
+            break;
+        }
+    }
+    let elapsed = started.elapsed();
+    let expected = max.min(table_rows);
+    if events != expected {
+        problems.push(format!("read {events} events, expected {expected}"));
+    }
+    if last_more != (events < table_rows) {
+        problems.push(format!(
+            "last page more={last_more} after {events} of {table_rows} events"
+        ));
+    }
+    Ok(Pull {
+        format: if ndjson { "NDJSON" } else { "JSON" },
+        events,
+        pages,
+        bytes,
+        elapsed,
+        client: checking,
+        last_more,
+        check: if problems.is_empty() {
+            "ok".into()
+        } else {
+            problems.join("; ")
+        },
+    })
+}
+
+/// Lines in an NDJSON body (byte-wide counters, so the loop vectorizes).
+fn count_newlines(body: &[u8]) -> u64 {
+    body.chunks(255)
+        .map(|chunk| {
+            let n = chunk
+                .iter()
+                .fold(0u8, |n, &b| n.wrapping_add(u8::from(b == b'\n')));
+            u64::from(n)
+        })
+        .sum()
+}
+
+/// Bytes of all files below `dir`.
+fn dir_size(dir: &std::path::Path) -> std::io::Result<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let meta = entry.metadata()?;
+        total += if meta.is_dir() {
+            dir_size(&entry.path())?
+        } else {
+            meta.len()
+        };
+    }
+    Ok(total)
+}
