@@ -16,6 +16,8 @@
 //!
 //! PostgreSQL: `ICEFEED_BENCH_DATABASE_URL` (a role that may create databases).
 
+#[path = "load/database.rs"]
+mod database;
 #[path = "load/generate.rs"]
 #[allow(dead_code)]
 mod generate;
@@ -27,6 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::database::Database;
 use anyhow::{Context, bail};
 use arrow::array::{Array, AsArray, BooleanArray, Float64Array, RecordBatch};
 use arrow::compute::{concat_batches, filter_record_batch};
@@ -43,7 +46,7 @@ use icefeed::demo::writer::{self, AppendOptions};
 use reqwest::StatusCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use sqlx::{Connection, Executor, PgConnection};
+use sqlx::Connection;
 use tokio_util::sync::CancellationToken;
 
 const DEFAULT_ADMIN_URL: &str = "postgres://icefeed:icefeed@127.0.0.1:5432/icefeed";
@@ -601,39 +604,6 @@ fn check_events(ops: &BTreeMap<String, u64>, op: &str, rows: u64) -> String {
         format!("ok ({got})")
     } else {
         format!("MISMATCH: expected {rows} {op}, got {got}")
-    }
-}
-
-struct Database {
-    admin_url: String,
-    name: String,
-    url: String,
-}
-
-impl Database {
-    async fn create(admin_url: &str) -> anyhow::Result<Self> {
-        let name = format!("icefeed_bench_{}", uuid::Uuid::new_v4().simple());
-        let mut conn = PgConnection::connect(admin_url)
-            .await
-            .context("connecting to PostgreSQL (set ICEFEED_BENCH_DATABASE_URL)")?;
-        conn.execute(format!("CREATE DATABASE {name}").as_str())
-            .await?;
-        conn.close().await?;
-        let mut url = url::Url::parse(admin_url)?;
-        url.set_path(&name);
-        Ok(Self {
-            admin_url: admin_url.to_string(),
-            name,
-            url: url.to_string(),
-        })
-    }
-
-    async fn drop(self) -> anyhow::Result<()> {
-        let mut conn = PgConnection::connect(&self.admin_url).await?;
-        conn.execute(format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name).as_str())
-            .await?;
-        conn.close().await?;
-        Ok(())
     }
 }
 

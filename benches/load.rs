@@ -12,6 +12,8 @@
 //!
 //! PostgreSQL: `ICEFEED_BENCH_DATABASE_URL` (a role that may create databases).
 
+#[path = "load/database.rs"]
+mod database;
 #[path = "load/generate.rs"]
 mod generate;
 #[path = "load/scan.rs"]

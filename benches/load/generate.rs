@@ -104,12 +104,20 @@ pub async fn ensure_table(
             let table = catalog.load_table(&ident).await?;
             let have = total_records(&table);
             if have == Some(rows) {
-                return describe(&dir, &table, None).await;
+                let existing = describe(&dir, &table, None).await?;
+                match existing.files.iter().find(|f| !f.path.is_file()) {
+                    None => return Ok(existing),
+                    Some(gone) => println!(
+                        "data file {} of the existing table is missing: regenerating",
+                        gone.path.display()
+                    ),
+                }
+            } else {
+                println!(
+                    "{} holds a table of {have:?} rows, not {rows}: regenerating",
+                    dir.display()
+                );
             }
-            println!(
-                "{} holds a table of {have:?} rows, not {rows}: regenerating",
-                dir.display()
-            );
         }
         drop(catalog);
         wipe(&dir)?;

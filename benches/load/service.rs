@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::database::Database;
 use anyhow::{Context, bail};
 use icefeed::api::changes::{MORE_HEADER, NEXT_CURSOR_HEADER};
 use icefeed::config::{SchedulerSettings, Settings};
@@ -11,7 +12,6 @@ use reqwest::header::ACCEPT;
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::Value;
-use sqlx::{Connection, Executor, PgConnection};
 use tokio_util::sync::CancellationToken;
 
 use crate::generate::BenchTable;
@@ -52,39 +52,6 @@ pub async fn run(admin_url: &str, table: &BenchTable, pull_events: u64) -> anyho
     let outcome = result?;
     dropped?;
     Ok(outcome)
-}
-
-struct Database {
-    admin_url: String,
-    name: String,
-    url: String,
-}
-
-impl Database {
-    async fn create(admin_url: &str) -> anyhow::Result<Self> {
-        let name = format!("icefeed_bench_{}", uuid::Uuid::new_v4().simple());
-        let mut conn = PgConnection::connect(admin_url)
-            .await
-            .context("connecting to PostgreSQL (set ICEFEED_BENCH_DATABASE_URL)")?;
-        conn.execute(format!("CREATE DATABASE {name}").as_str())
-            .await?;
-        conn.close().await?;
-        let mut url = url::Url::parse(admin_url)?;
-        url.set_path(&name);
-        Ok(Self {
-            admin_url: admin_url.to_string(),
-            name,
-            url: url.to_string(),
-        })
-    }
-
-    async fn drop(self) -> anyhow::Result<()> {
-        let mut conn = PgConnection::connect(&self.admin_url).await?;
-        conn.execute(format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name).as_str())
-            .await?;
-        conn.close().await?;
-        Ok(())
-    }
 }
 
 async fn run_node(
