@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::database::Database;
+use crate::database::{Database, node_settings};
 use anyhow::{Context, bail};
 use arrow::array::{Array, AsArray, BooleanArray, Float64Array, RecordBatch};
 use arrow::compute::{concat_batches, filter_record_batch};
@@ -39,7 +39,6 @@ use futures::{StreamExt, TryStreamExt};
 use iceberg::spec::{DataFile, Literal, PrimitiveLiteral};
 use iceberg::table::Table;
 use iceberg::{Catalog, TableIdent};
-use icefeed::config::{SchedulerSettings, Settings};
 use icefeed::demo::rewrite::{live_data_files, read_data_file, rewrite_with};
 use icefeed::demo::taxi::TaxiGenerator;
 use icefeed::demo::writer::{self, AppendOptions};
@@ -153,17 +152,7 @@ async fn run(args: &Args, admin_url: &str) -> anyhow::Result<()> {
     let changes = tempfile::Builder::new()
         .prefix("icefeed-bench-changes")
         .tempdir()?;
-    let settings = Settings {
-        database_url: db.url.clone(),
-        listen: "127.0.0.1:0".parse()?,
-        change_store: changes.path().display().to_string(),
-        scheduler: SchedulerSettings {
-            tick: Duration::from_millis(50),
-            default_poll_interval: Duration::from_millis(100),
-            ..SchedulerSettings::default()
-        },
-        ..Settings::default()
-    };
+    let settings = node_settings(&db.url, changes.path());
     let stop = CancellationToken::new();
     let node = icefeed::app::start(settings, stop.clone()).await?;
     let base = format!("http://{}", node.addr);

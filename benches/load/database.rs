@@ -1,4 +1,4 @@
-//! A throwaway PostgreSQL database for one benchmark run.
+//! A throwaway PostgreSQL database for one benchmark run, and the node settings used on it.
 
 use anyhow::Context;
 use sqlx::{Connection, Executor, PgConnection};
@@ -37,5 +37,25 @@ impl Database {
             .await?;
         conn.close().await?;
         Ok(())
+    }
+}
+
+/// Settings of an in-process benchmark node: random port, fast ticks and polls.
+pub fn node_settings(
+    database_url: &str,
+    change_store: &std::path::Path,
+) -> icefeed::config::Settings {
+    use icefeed::config::{SchedulerSettings, Settings};
+    use std::time::Duration;
+    Settings {
+        database_url: database_url.to_string(),
+        listen: ([127, 0, 0, 1], 0).into(),
+        change_store: change_store.display().to_string(),
+        scheduler: SchedulerSettings {
+            tick: Duration::from_millis(50),
+            default_poll_interval: Duration::from_millis(100),
+            ..SchedulerSettings::default()
+        },
+        ..Settings::default()
     }
 }

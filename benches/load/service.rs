@@ -3,10 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::database::Database;
+use crate::database::{Database, node_settings};
 use anyhow::{Context, bail};
 use icefeed::api::changes::{MORE_HEADER, NEXT_CURSOR_HEADER};
-use icefeed::config::{SchedulerSettings, Settings};
 use reqwest::StatusCode;
 use reqwest::header::ACCEPT;
 use serde::Deserialize;
@@ -62,17 +61,7 @@ async fn run_node(
     let changes = tempfile::Builder::new()
         .prefix("icefeed-bench-changes")
         .tempdir()?;
-    let settings = Settings {
-        database_url: database_url.to_string(),
-        listen: "127.0.0.1:0".parse()?,
-        change_store: changes.path().display().to_string(),
-        scheduler: SchedulerSettings {
-            tick: Duration::from_millis(50),
-            default_poll_interval: Duration::from_millis(100),
-            ..SchedulerSettings::default()
-        },
-        ..Settings::default()
-    };
+    let settings = node_settings(database_url, changes.path());
     let stop = CancellationToken::new();
     let node = icefeed::app::start(settings, stop.clone()).await?;
     let base = format!("http://{}", node.addr);
