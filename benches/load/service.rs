@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::database::{Database, node_settings};
 use anyhow::{Context, bail};
-use icefeed::api::changes::{MORE_HEADER, NEXT_CURSOR_HEADER};
+use icefeed::api::pages::{MORE_HEADER, NEXT_CURSOR_HEADER};
 use reqwest::StatusCode;
 use reqwest::header::ACCEPT;
 use serde::Deserialize;

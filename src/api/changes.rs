@@ -1,37 +1,23 @@
-//! `/v1/tables/{id}/changes`: pages of change events as JSON or NDJSON, and the schemas
+//! `/v1/tables/{id}/changes`: pages of change events as JSON, NDJSON or Arrow, and the schemas
 //! the events were read with.
 
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
 use super::error::{ApiError, Problem};
 use super::extract::{Path, Query};
+use super::pages::{Format, Longs, PageSink, PageTail, page_limit};
 use super::tables::load;
 use crate::changes::Position;
-use crate::changes::json::{JsonOptions, LongMode};
-use crate::delivery::Framing;
+use crate::delivery::selection::split_list;
+use crate::delivery::{PageRequest, Selection};
+use crate::store::{SourceTable, TableId};
 
 const TAG: &str = "changes";
-const NDJSON: &str = "application/x-ndjson";
-/// Response header carrying the next cursor of an NDJSON page.
-pub const NEXT_CURSOR_HEADER: &str = "icefeed-next-cursor";
-/// Response header telling whether more events are available now.
-pub const MORE_HEADER: &str = "icefeed-more";
-
-/// How 64-bit integers beyond ±2^53 are written.
-#[derive(Clone, Copy, Debug, Default, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Longs {
-    /// As numbers while exactly representable as a double, otherwise as strings.
-    #[default]
-    Auto,
-    /// Always as numbers (exact in the text; some JSON parsers round them).
-    Number,
-}
 
 /// Query parameters of a page request.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -44,6 +30,35 @@ pub struct PageQuery {
     pub limit: Option<u32>,
     /// How longs beyond ±2^53 are written: `auto` (default) or `number`.
     pub longs: Option<Longs>,
+    /// Only these operations, comma-separated (`insert`, `update`, `delete`); events of
+    /// other operations are skipped. Default: all.
+    pub ops: Option<String>,
+    /// Only these top-level columns in `before`/`after` (and Arrow rows),
+    /// comma-separated; `key` always carries the identifier columns. Default: all.
+    pub columns: Option<String>,
+    /// `json`, `ndjson` or `arrow`; overrides the `Accept` header.
+    pub format: Option<Format>,
+}
+
+impl PageQuery {
+    /// The operations and columns asked for, checked against the table's columns.
+    pub async fn selection(
+        &self,
+        state: &AppState,
+        table: &SourceTable,
+    ) -> Result<Selection, ApiError> {
+        let ops = self.ops.as_deref().map(split_list);
+        let columns = self.columns.as_deref().map(split_list);
+        let available = match columns {
+            Some(_) => state.store.table_column_names(table.id).await?,
+            None => Default::default(),
+        };
+        Ok(Selection::new(
+            ops.as_deref(),
+            columns.as_deref(),
+            &available,
+        )?)
+    }
 }
 
 /// One change event (the canonical form; fields are added, never renamed).
@@ -87,9 +102,13 @@ pub struct ChangePage {
 
 /// Read a page of the table's change events.
 ///
-/// Send `Accept: application/x-ndjson` for one event per line; the next cursor and
-/// whether more events are available are then in the `Icefeed-Next-Cursor` and
-/// `Icefeed-More` headers.
+/// Formats: JSON (default), NDJSON (`Accept: application/x-ndjson`) and an Arrow IPC
+/// stream (`Accept: application/vnd.apache.arrow.stream`) whose rows are the table's
+/// columns plus `_change_type` (INSERT, DELETE, UPDATE_BEFORE, UPDATE_AFTER),
+/// `_change_ordinal` and `_commit_snapshot_id`; `format` overrides `Accept`. NDJSON and
+/// Arrow pages carry the next cursor and whether more events are available in the
+/// `Icefeed-Next-Cursor` and `Icefeed-More` headers. An Arrow page holds events of one
+/// schema; a schema change ends the page early.
 #[utoipa::path(
     get, path = "/v1/tables/{id}/changes", tag = TAG, operation_id = "getChanges",
     params(("id" = String, Path, description = "Table id"), PageQuery),
@@ -97,12 +116,14 @@ pub struct ChangePage {
         (status = 200, description = "A page of events", content(
             (ChangePage = "application/json"),
             (ChangeEvent = "application/x-ndjson"),
+            (Vec<u8> = "application/vnd.apache.arrow.stream"),
         ),
         headers(
             ("Icefeed-Next-Cursor" = String, description = "Cursor for the next page"),
             ("Icefeed-More" = bool, description = "Whether more events are available now"),
+            ("Icefeed-Count" = u64, description = "Events in the page"),
         )),
-        (status = 400, description = "Malformed or foreign cursor, or limit out of range", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Malformed or foreign cursor, limit out of range, unknown operation or column", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such table", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -113,77 +134,27 @@ pub async fn get_changes(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let table = load(&state, &id).await?;
-    let max = state.settings.api.max_limit;
-    let limit = query.limit.unwrap_or(state.settings.api.default_limit);
-    if limit == 0 || limit > max {
-        return Err(ApiError::bad_request(
-            "limit_out_of_range",
-            format!("limit must be between 1 and {max}; got {limit}"),
-        )
-        .with("max_limit", max));
-    }
+    let limit = page_limit(&state, query.limit)?;
     let after = match query.after.as_deref() {
         None | Some("") => Position::START,
         Some(cursor) => Position::from_cursor(cursor, table.id)?,
     };
-    let options = JsonOptions {
-        longs: match query.longs.unwrap_or_default() {
-            Longs::Auto => LongMode::Auto,
-            Longs::Number => LongMode::Number,
-        },
+    let selection = query.selection(&state, &table).await?;
+    let options = query.longs.unwrap_or_default().options();
+    let format = Format::negotiate(query.format, &headers);
+    let cursor = |t: TableId, p: Position| p.to_cursor(t);
+    let request = PageRequest {
+        after,
+        limit,
+        selection: &selection,
     };
-    let framing = if wants_ndjson(&headers) {
-        Framing::Ndjson
-    } else {
-        Framing::JsonArray
+    let mut page = PageSink::new(format, &options, &cursor, limit);
+    let end = state.feed.read(&table, &request, page.sink()).await?;
+    let tail = PageTail {
+        next: end.next.to_cursor(table.id),
+        more: end.more,
     };
-    let page = state
-        .feed
-        .page(&table, after, limit as usize, &options, framing)
-        .await?;
-    let next = page.next.to_cursor(table.id);
-    let mut response = match framing {
-        Framing::Ndjson => (
-            [(header::CONTENT_TYPE, HeaderValue::from_static(NDJSON))],
-            page.body,
-        )
-            .into_response(),
-        Framing::JsonArray => {
-            let mut body = Vec::with_capacity(page.body.len() + 128);
-            body.extend_from_slice(b"{\"events\":[");
-            body.extend_from_slice(&page.body);
-            body.extend_from_slice(b"],\"next\":\"");
-            body.extend_from_slice(next.as_bytes());
-            body.extend_from_slice(b"\",\"more\":");
-            body.extend_from_slice(if page.more { b"true}" } else { b"false}" });
-            (
-                [(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("application/json"),
-                )],
-                body,
-            )
-                .into_response()
-        }
-    };
-    let headers = response.headers_mut();
-    headers.insert(
-        NEXT_CURSOR_HEADER,
-        HeaderValue::from_str(&next).expect("cursor is ASCII"),
-    );
-    headers.insert(
-        MORE_HEADER,
-        HeaderValue::from_static(if page.more { "true" } else { "false" }),
-    );
-    Ok(response)
-}
-
-fn wants_ndjson(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .any(|v| v.split(',').any(|t| t.trim().starts_with(NDJSON)))
+    page.respond(&state, tail, &table, &selection).await
 }
 
 /// Get an Iceberg schema that change events were read with.

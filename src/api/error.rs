@@ -136,9 +136,14 @@ impl From<CatalogError> for ApiError {
 
 impl From<CursorError> for ApiError {
     fn from(e: CursorError) -> Self {
-        let detail = format!(
-            "{e}; pass a cursor this table's feed returned, or omit `after` to start at the beginning"
-        );
+        let detail = match e {
+            CursorError::ForeignSubscription(_) => {
+                format!("{e}; pass a cursor this subscription's events returned")
+            }
+            _ => format!(
+                "{e}; pass a cursor this feed returned, or omit it to start where the feed starts"
+            ),
+        };
         match e {
             CursorError::Malformed(_) => Self::bad_request("malformed_cursor", detail),
             CursorError::UnsupportedVersion(_) => {
@@ -146,6 +151,8 @@ impl From<CursorError> for ApiError {
             }
             CursorError::Foreign(owner) => Self::bad_request("foreign_cursor", detail)
                 .with("cursor_table_id", owner.to_string()),
+            CursorError::ForeignSubscription(owner) => Self::bad_request("foreign_cursor", detail)
+                .with("cursor_subscription_id", owner.to_string()),
         }
     }
 }

@@ -4,6 +4,8 @@ pub mod changes;
 pub mod error;
 pub mod extract;
 pub mod health;
+pub mod pages;
+pub mod subscriptions;
 pub mod tables;
 
 use std::sync::Arc;
@@ -56,12 +58,14 @@ impl AppState {
     info(
         title = "icefeed",
         description = "Change feeds of Apache Iceberg tables: register tables, then pull their \
-                       inserts, updates and deletes as pages of JSON or NDJSON events.",
+                       inserts, updates and deletes as pages of JSON, NDJSON or Arrow, \
+                       directly or through subscriptions that remember what was acknowledged.",
         license(name = "Apache-2.0", identifier = "Apache-2.0")
     ),
     tags(
         (name = "tables", description = "Registering and managing source tables"),
         (name = "changes", description = "Reading change events"),
+        (name = "subscriptions", description = "Named consumers with committed positions"),
         (name = "operations", description = "Health, readiness and metrics"),
     )
 )]
@@ -78,6 +82,17 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(tables::retry_table))
         .routes(routes!(changes::get_changes))
         .routes(routes!(changes::get_schema))
+        .routes(routes!(
+            subscriptions::create_subscription,
+            subscriptions::list_subscriptions
+        ))
+        .routes(routes!(
+            subscriptions::get_subscription,
+            subscriptions::update_subscription,
+            subscriptions::delete_subscription
+        ))
+        .routes(routes!(subscriptions::get_subscription_events))
+        .routes(routes!(subscriptions::ack_subscription))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(health::metrics))

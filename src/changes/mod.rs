@@ -4,6 +4,7 @@ pub mod json;
 pub mod position;
 pub mod segment;
 pub mod store;
+pub mod subscription_cursor;
 pub mod writer;
 
 pub use position::{CursorError, Position};

@@ -35,6 +35,20 @@ pub enum CursorError {
     /// A valid cursor of a different table.
     #[error("the cursor belongs to table {0}, not to this one")]
     Foreign(TableId),
+    /// A valid cursor of a different subscription.
+    #[error("the cursor belongs to subscription {0}, not to this one")]
+    ForeignSubscription(Uuid),
+}
+
+/// The error for a cursor whose first byte is not the expected version: a version of
+/// icefeed's (a small number) is unsupported, anything else is not a cursor at all.
+pub(crate) fn foreign_version(byte: u8) -> CursorError {
+    const MAX_VERSION: u8 = 15;
+    if (1..=MAX_VERSION).contains(&byte) {
+        CursorError::UnsupportedVersion(byte)
+    } else {
+        CursorError::Malformed("not a cursor")
+    }
 }
 
 impl Position {
@@ -63,7 +77,7 @@ impl Position {
             return Err(CursorError::Malformed("empty"));
         }
         if bytes[0] != VERSION {
-            return Err(CursorError::UnsupportedVersion(bytes[0]));
+            return Err(foreign_version(bytes[0]));
         }
         if bytes.len() != ENCODED_LEN {
             return Err(CursorError::Malformed("wrong length"));

@@ -1,5 +1,14 @@
-//! Delivering change events to consumers: pull pages (JSON and NDJSON).
+//! Delivering change events to consumers: pages of JSON, NDJSON or Arrow, filtered by
+//! operation and projected to columns.
 
+pub mod arrow_page;
+pub mod json_page;
 pub mod pull;
+pub mod selection;
+pub mod subscription;
 
-pub use pull::{Feed, FeedError, Framing, Page};
+pub use arrow_page::ArrowSink;
+pub use json_page::{Framing, JsonSink};
+pub use pull::{EventSink, Feed, FeedError, Page, PageEnd, PageRequest};
+pub use selection::{OpSet, Selection, SelectionError};
+pub use subscription::{Positions, SubscriptionPageEnd};

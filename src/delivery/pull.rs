@@ -1,36 +1,51 @@
-//! Pages of change events: the events after a position, read from the change store and
-//! rendered as canonical JSON events.
+//! Reading a table's feed: the events after a position, read from the change store in
+//! feed order, filtered by operation, and handed to a sink that renders them (JSON and
+//! NDJSON in [`super::json_page`], Arrow in [`super::arrow_page`]).
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use chrono::SecondsFormat;
+use arrow::array::{Array, ArrayRef, AsArray, Int8Array, RecordBatch};
+use arrow::buffer::NullBuffer;
+use arrow::datatypes::{Fields, Int8Type};
 
-use crate::changelog::key_indexes;
-use arrow::array::{Array, AsArray, Int8Array, RecordBatch, StructArray};
-use arrow::datatypes::Int8Type;
-use iceberg::spec::NestedFieldRef;
-
+use super::json_page::{Framing, JsonSink};
+use super::selection::{OpSet, Selection};
 use crate::changelog::carryover::Op;
-use crate::changes::json::{BoundRecord, JsonOptions, RecordEncoder, write_json_string};
+use crate::changelog::key_indexes;
+use crate::changes::json::JsonOptions;
 use crate::changes::writer;
 use crate::changes::{ChangeStoreError, Position, ReadSchema, SegmentReader};
 use crate::store::{SegmentRecord, SourceTable, Store, StoreError, TableId};
 
 /// Segments fetched from the index per round trip.
 const SEGMENTS_PER_QUERY: i64 = 64;
+/// Events one request examines at most: a filter that matches almost nothing still
+/// answers promptly, with `more` set and the position advanced past what it skipped.
+const SCAN_BUDGET: usize = 1_000_000;
+/// Rows read at a time while filtering (a filtered page cannot know how many it needs).
+const FILTER_CHUNK: usize = 8192;
 
-/// How events are separated in a page body.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Framing {
-    /// `{...},{...}`: the inside of a JSON array.
-    JsonArray,
-    /// `{...}\n{...}\n`: newline-delimited JSON.
-    Ndjson,
+/// What to read: up to `limit` events after `after`, as `selection` says.
+#[derive(Clone, Copy, Debug)]
+pub struct PageRequest<'a> {
+    pub after: Position,
+    pub limit: usize,
+    pub selection: &'a Selection,
 }
 
-/// A page of events.
+/// Where a read stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageEnd {
+    /// Events handed to the sink.
+    pub count: usize,
+    /// The position after the last event examined (the request's when nothing was).
+    pub next: Position,
+    /// Whether more events are published after `next` right now.
+    pub more: bool,
+}
+
+/// A page of JSON or NDJSON events.
 #[derive(Debug)]
 pub struct Page {
     /// The encoded events, framed as asked.
@@ -58,18 +73,148 @@ pub enum FeedError {
     /// A segment holds something other than what icefeed writes.
     #[error("segment {0} is corrupt")]
     Corrupt(String),
-    /// Rows could not be encoded.
+    /// Rows could not be encoded as JSON.
     #[error("encoding events: {0}")]
     Encode(#[from] crate::changes::json::JsonError),
+    /// Rows could not be assembled or encoded as Arrow.
+    #[error("encoding Arrow: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
 }
 
-struct SchemaEntry {
-    schema: iceberg::spec::Schema,
-    read: ReadSchema,
+/// An Iceberg schema of published change sets, parsed once.
+pub struct SchemaEntry {
+    pub schema: iceberg::spec::Schema,
+    pub read: ReadSchema,
 }
 
 /// Parsed schemas by (table, schema id); schemas of published change sets never change.
 type SchemaCache = Arc<Mutex<HashMap<(TableId, i32), Arc<SchemaEntry>>>>;
+
+/// One side (`before` or `after`) of a run of events: the table's columns.
+pub struct Image<'a> {
+    pub columns: &'a [ArrayRef],
+    pub fields: &'a Fields,
+    /// Rows where the side is present; `None` when it is present in every row.
+    pub present: Option<&'a NullBuffer>,
+}
+
+impl Image<'_> {
+    /// Whether row `row` has this side.
+    pub fn has(&self, row: usize) -> bool {
+        self.present.is_none_or(|n| n.is_valid(row))
+    }
+}
+
+/// A run of consecutive events of one segment, as read.
+pub struct EventBatch<'a> {
+    pub table: &'a SourceTable,
+    pub segment: &'a SegmentRecord,
+    pub schema: &'a SchemaEntry,
+    /// Indexes of the identifier columns in the schema's top-level fields.
+    pub key: &'a [usize],
+    /// Indexes of the selected columns in the schema's top-level fields.
+    pub columns: &'a [usize],
+    /// Whether `columns` is every column in order.
+    pub whole_rows: bool,
+    /// Index in the change set (0-based) of row 0.
+    pub first: i64,
+    pub rows: usize,
+    /// Operation codes; `None` in `inserts` segments.
+    ops: Option<&'a Int8Array>,
+    pub before: Option<Image<'a>>,
+    pub after: Option<Image<'a>>,
+}
+
+impl<'a> EventBatch<'a> {
+    fn new(
+        head: BatchHead<'a>,
+        first: i64,
+        batch: &'a RecordBatch,
+        inserts: bool,
+    ) -> Result<Self, FeedError> {
+        let corrupt = || FeedError::Corrupt(head.segment.path.clone());
+        let (ops, before, after) = if inserts {
+            let after = Image {
+                columns: batch.columns(),
+                fields: batch.schema_ref().fields(),
+                present: None,
+            };
+            (None, None, Some(after))
+        } else {
+            let column = |name| batch.column_by_name(name).ok_or_else(corrupt);
+            let image = |name| -> Result<Image<'a>, FeedError> {
+                let side = column(name)?.as_struct_opt().ok_or_else(corrupt)?;
+                Ok(Image {
+                    columns: side.columns(),
+                    fields: side.fields(),
+                    present: side.nulls(),
+                })
+            };
+            let ops = column(writer::OP)?
+                .as_primitive_opt::<Int8Type>()
+                .ok_or_else(corrupt)?;
+            (
+                Some(ops),
+                Some(image(writer::BEFORE)?),
+                Some(image(writer::AFTER)?),
+            )
+        };
+        Ok(Self {
+            table: head.table,
+            segment: head.segment,
+            schema: head.schema,
+            key: head.key,
+            columns: head.columns,
+            whole_rows: head.whole_rows,
+            first,
+            rows: batch.num_rows(),
+            ops,
+            before,
+            after,
+        })
+    }
+
+    /// The operation of row `row`.
+    pub fn op(&self, row: usize) -> Result<Op, FeedError> {
+        match self.ops {
+            None => Ok(Op::Insert),
+            Some(ops) => Op::from_code(ops.value(row))
+                .ok_or_else(|| FeedError::Corrupt(self.segment.path.clone())),
+        }
+    }
+
+    /// The position just after the event in row `row`.
+    pub fn position(&self, row: usize) -> Position {
+        Position {
+            ordinal: self.segment.ordinal,
+            consumed: self.first + row as i64 + 1,
+        }
+    }
+}
+
+/// What is the same for every batch of a segment.
+#[derive(Clone, Copy)]
+struct BatchHead<'a> {
+    table: &'a SourceTable,
+    segment: &'a SegmentRecord,
+    schema: &'a SchemaEntry,
+    key: &'a [usize],
+    columns: &'a [usize],
+    whole_rows: bool,
+}
+
+/// Renders events into a page.
+pub trait EventSink: Send {
+    /// Whether events of `segment` of `table` may join the page. A sink that holds one
+    /// schema per page refuses a segment of another table or schema, ending the page
+    /// before it.
+    fn accepts(&mut self, _table: TableId, _segment: &SegmentRecord) -> bool {
+        true
+    }
+
+    /// Appends the events in rows `rows` (ascending) of `batch`.
+    fn write(&mut self, batch: &EventBatch<'_>, rows: &[usize]) -> Result<(), FeedError>;
+}
 
 /// Reads pages of any table's feed; cheap to clone.
 #[derive(Clone)]
@@ -89,7 +234,12 @@ impl Feed {
         }
     }
 
-    /// Up to `limit` events of `table` after `after`.
+    /// The coordination store the feed reads its index from.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Up to `limit` events of `table` after `after` as JSON or NDJSON.
     pub async fn page(
         &self,
         table: &SourceTable,
@@ -98,111 +248,162 @@ impl Feed {
         options: &JsonOptions,
         framing: Framing,
     ) -> Result<Page, FeedError> {
-        let mut page = Page {
-            body: Vec::with_capacity(limit.min(1024) * 256),
+        let selection = Selection::default();
+        let request = PageRequest {
+            after,
+            limit,
+            selection: &selection,
+        };
+        let cursor = |t: TableId, p: Position| p.to_cursor(t);
+        let mut sink = JsonSink::new(framing, options, &cursor, limit);
+        let end = self.read(table, &request, &mut sink).await?;
+        Ok(sink.finish(end))
+    }
+
+    /// Hands up to `request.limit` events of `table` to `sink`.
+    pub async fn read(
+        &self,
+        table: &SourceTable,
+        request: &PageRequest<'_>,
+        sink: &mut dyn EventSink,
+    ) -> Result<PageEnd, FeedError> {
+        let mut end = PageEnd {
             count: 0,
-            next: after,
+            next: request.after,
             more: false,
         };
+        let mut scanned = 0usize;
         loop {
             let segments = self
                 .store
                 .segments_after(
                     table.id,
-                    page.next.ordinal,
-                    page.next.consumed,
+                    end.next.ordinal,
+                    end.next.consumed,
                     SEGMENTS_PER_QUERY,
                 )
                 .await?;
             let exhausted = (segments.len() as i64) < SEGMENTS_PER_QUERY;
             for segment in &segments {
-                if page.count == limit {
-                    page.more = true;
-                    return Ok(page);
+                if end.count == request.limit
+                    || scanned >= SCAN_BUDGET
+                    || !sink.accepts(table.id, segment)
+                {
+                    end.more = true;
+                    return Ok(end);
                 }
-                self.read_segment(table, segment, limit, options, framing, &mut page)
+                scanned += self
+                    .read_segment(table, segment, request, sink, &mut end)
                     .await?;
             }
-            if page.count == limit {
-                page.more = !self
+            if end.count == request.limit || scanned >= SCAN_BUDGET {
+                end.more = !self
                     .store
-                    .segments_after(table.id, page.next.ordinal, page.next.consumed, 1)
+                    .segments_after(table.id, end.next.ordinal, end.next.consumed, 1)
                     .await?
                     .is_empty();
-                return Ok(page);
+                return Ok(end);
             }
             if exhausted {
-                return Ok(page);
+                return Ok(end);
             }
         }
     }
 
+    /// Reads the events of `segment` after `end.next`; returns how many it examined.
     async fn read_segment(
         &self,
         table: &SourceTable,
         segment: &SegmentRecord,
-        limit: usize,
-        options: &JsonOptions,
-        framing: Framing,
-        page: &mut Page,
-    ) -> Result<(), FeedError> {
-        let consumed = if segment.ordinal == page.next.ordinal {
-            page.next.consumed
+        request: &PageRequest<'_>,
+        sink: &mut dyn EventSink,
+        end: &mut PageEnd,
+    ) -> Result<usize, FeedError> {
+        let consumed = if segment.ordinal == end.next.ordinal {
+            end.next.consumed
         } else {
             0
         };
-        let offset = (consumed - segment.first_event).max(0) as usize;
-        let take = (segment.event_count as usize - offset).min(limit - page.count);
-        let entry = self.schema(table.id, segment.schema_id).await?;
-        let size = segment.size_bytes as u64;
-        let key = key_indexes(&entry.schema, &table.identifier_columns);
-        let fields = entry.schema.as_struct().fields();
-        let meta = EventMeta::new(table, segment);
-        let mut writer = EventWriter {
-            page,
-            framing,
-            table: table.id,
-            meta: &meta,
+        let total = segment.event_count as usize;
+        let mut offset = (consumed - segment.first_event).max(0) as usize;
+        let start = offset;
+        let advance = |offset: usize| Position {
             ordinal: segment.ordinal,
-            index: segment.first_event + offset as i64,
+            consumed: segment.first_event + offset as i64,
         };
-        match segment.layout.as_str() {
-            "inserts" => {
-                let batches = self
-                    .reader
-                    .read(&segment.path, size, Some(&entry.read), offset, take)
-                    .await?;
-                for batch in &batches {
-                    let encoder = RecordEncoder::try_new(fields, batch.schema().fields(), options)?;
-                    let rows = encoder.bind(batch.columns())?;
-                    for row in 0..batch.num_rows() {
-                        writer.write(Op::Insert, &key, None, Some((&rows, row)));
-                    }
-                }
+        let ops = request.selection.ops;
+        let inserts = segment.layout == "inserts";
+        if inserts && !ops.contains(Op::Insert) {
+            end.next = advance(total);
+            return Ok(total - start);
+        }
+
+        let entry = self.schema(table.id, segment.schema_id).await?;
+        let fields = entry.schema.as_struct().fields();
+        let key = key_indexes(&entry.schema, &table.identifier_columns);
+        let columns = request.selection.column_indexes(fields);
+        let head = BatchHead {
+            table,
+            segment,
+            schema: &entry,
+            key: &key,
+            whole_rows: request.selection.columns.is_none(),
+            columns: &columns,
+        };
+        let filtered = ops != OpSet::ALL;
+        let mut selected = Vec::new();
+        while offset < total && end.count < request.limit && offset - start < SCAN_BUDGET {
+            let wanted = request.limit - end.count;
+            let chunk = if filtered {
+                wanted.max(FILTER_CHUNK)
+            } else {
+                wanted
             }
-            _ => {
-                let batches = self
-                    .reader
-                    .read(&segment.path, size, None, offset, take)
-                    .await?;
-                for batch in &batches {
-                    let change = ChangeColumns::new(batch, fields, options)?;
-                    let before = change.before.bind(change.before_array.columns())?;
-                    let after = change.after.bind(change.after_array.columns())?;
-                    for row in 0..batch.num_rows() {
-                        let op = Op::from_code(change.ops.value(row))
-                            .ok_or(FeedError::Corrupt(segment.path.clone()))?;
-                        let b = change.before_array.is_valid(row).then_some((&before, row));
-                        let a = change.after_array.is_valid(row).then_some((&after, row));
-                        writer.write(op, &key, b, a);
+            .min(total - offset);
+            let batches = self
+                .reader
+                .read(
+                    &segment.path,
+                    segment.size_bytes as u64,
+                    inserts.then_some(&entry.read),
+                    offset,
+                    chunk,
+                )
+                .await?;
+            if batches.iter().all(|b| b.num_rows() == 0) {
+                return Err(FeedError::Corrupt(segment.path.clone()));
+            }
+            for batch in &batches {
+                let events =
+                    EventBatch::new(head, segment.first_event + offset as i64, batch, inserts)?;
+                selected.clear();
+                let mut examined = 0;
+                while examined < events.rows && end.count + selected.len() < request.limit {
+                    if ops.contains(events.op(examined)?) {
+                        selected.push(examined);
                     }
+                    examined += 1;
+                }
+                if !selected.is_empty() {
+                    sink.write(&events, &selected)?;
+                }
+                end.count += selected.len();
+                offset += examined;
+                end.next = advance(offset);
+                if end.count == request.limit {
+                    break;
                 }
             }
         }
-        Ok(())
+        Ok(offset - start)
     }
 
-    async fn schema(&self, table: TableId, schema_id: i32) -> Result<Arc<SchemaEntry>, FeedError> {
+    /// The parsed schema `schema_id` of `table`'s change sets.
+    pub async fn schema(
+        &self,
+        table: TableId,
+        schema_id: i32,
+    ) -> Result<Arc<SchemaEntry>, FeedError> {
         if let Some(entry) = self
             .schemas
             .lock()
@@ -226,123 +427,5 @@ impl Feed {
             .expect("schema cache")
             .insert((table, schema_id), entry.clone());
         Ok(entry)
-    }
-}
-
-/// The parts of an event that are the same for every row of a segment, pre-encoded.
-struct EventMeta {
-    /// The table name as a JSON string.
-    table: Vec<u8>,
-    /// `,"snapshot_id":…,"sequence_number":…,"committed_at":"…","schema_id":…}`.
-    tail: Vec<u8>,
-}
-
-impl EventMeta {
-    fn new(table: &SourceTable, segment: &SegmentRecord) -> Self {
-        let mut name = Vec::new();
-        write_json_string(&table.table_name, &mut name);
-        let mut tail = Vec::new();
-        write!(
-            tail,
-            ",\"snapshot_id\":{},\"sequence_number\":{},\"committed_at\":\"{}\",\"schema_id\":{}}}",
-            segment.snapshot_id,
-            segment.sequence_number,
-            segment
-                .committed_at
-                .to_rfc3339_opts(SecondsFormat::Millis, true),
-            segment.schema_id
-        )
-        .expect("writing to a Vec");
-        Self { table: name, tail }
-    }
-}
-
-/// The columns of a `changes` segment batch, with encoders for both images.
-struct ChangeColumns<'a> {
-    ops: &'a Int8Array,
-    before_array: &'a StructArray,
-    after_array: &'a StructArray,
-    before: RecordEncoder,
-    after: RecordEncoder,
-}
-
-impl<'a> ChangeColumns<'a> {
-    fn new(
-        batch: &'a RecordBatch,
-        fields: &[NestedFieldRef],
-        options: &JsonOptions,
-    ) -> Result<Self, FeedError> {
-        let corrupt = || FeedError::Corrupt("changes segment".into());
-        let column = |name| batch.column_by_name(name).ok_or_else(corrupt);
-        let ops = column(writer::OP)?
-            .as_primitive_opt::<Int8Type>()
-            .ok_or_else(corrupt)?;
-        let before_array = column(writer::BEFORE)?
-            .as_struct_opt()
-            .ok_or_else(corrupt)?;
-        let after_array = column(writer::AFTER)?.as_struct_opt().ok_or_else(corrupt)?;
-        Ok(Self {
-            ops,
-            before: RecordEncoder::try_new(fields, before_array.fields(), options)?,
-            after: RecordEncoder::try_new(fields, after_array.fields(), options)?,
-            before_array,
-            after_array,
-        })
-    }
-}
-
-/// Appends events to a page, tracking positions.
-struct EventWriter<'a> {
-    page: &'a mut Page,
-    framing: Framing,
-    table: TableId,
-    meta: &'a EventMeta,
-    ordinal: i64,
-    /// Events of the change set before the next one.
-    index: i64,
-}
-
-impl EventWriter<'_> {
-    fn write(
-        &mut self,
-        op: Op,
-        key: &[usize],
-        before: Option<(&BoundRecord<'_>, usize)>,
-        after: Option<(&BoundRecord<'_>, usize)>,
-    ) {
-        self.index += 1;
-        let position = Position {
-            ordinal: self.ordinal,
-            consumed: self.index,
-        };
-        let page = &mut *self.page;
-        if self.framing == Framing::JsonArray && page.count > 0 {
-            page.body.push(b',');
-        }
-        let out = &mut page.body;
-        out.extend_from_slice(b"{\"position\":\"");
-        out.extend_from_slice(position.to_cursor(self.table).as_bytes());
-        out.extend_from_slice(b"\",\"op\":\"");
-        out.extend_from_slice(op.as_str().as_bytes());
-        out.extend_from_slice(b"\",\"table\":");
-        out.extend_from_slice(&self.meta.table);
-        if let Some((rows, row)) = after.or(before).filter(|_| !key.is_empty()) {
-            out.extend_from_slice(b",\"key\":");
-            rows.write_fields(row, key, out);
-        }
-        if let Some((rows, row)) = before {
-            out.extend_from_slice(b",\"before\":");
-            rows.write_row(row, out);
-        }
-        if let Some((rows, row)) = after {
-            out.extend_from_slice(b",\"after\":");
-            rows.write_row(row, out);
-        }
-        out.extend_from_slice(&self.meta.tail);
-        if self.framing == Framing::Ndjson {
-            out.push(b'\n');
-        }
-        page.count += 1;
-        page.next = position;
     }
 }

@@ -2,6 +2,7 @@
 
 mod change_sets;
 mod leases;
+mod subscriptions;
 mod tables;
 mod tasks;
 
@@ -12,6 +13,9 @@ use sqlx::postgres::PgPoolOptions;
 
 pub use change_sets::{ChangeSetRecord, NewChangeSet, NewSegment, SegmentRecord};
 pub use leases::Lease;
+pub use subscriptions::{
+    FeedLag, NewSubscription, SubscribedTable, Subscription, SubscriptionState,
+};
 pub use tables::{NewSourceTable, PollOutcome, SourceTable, TableId, TableState, display_name};
 pub use tasks::{ClaimedTask, TaskStatus};
 

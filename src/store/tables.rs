@@ -105,6 +105,10 @@ pub struct NewSourceTable {
     pub checkpoint_snapshot_id: Option<i64>,
     pub checkpoint_sequence_number: Option<i64>,
     pub checkpoint_committed_at: Option<DateTime<Utc>>,
+    /// The table's current schema at registration (id and Iceberg JSON), recorded so
+    /// that projections can be checked before anything is published.
+    pub schema_id: i32,
+    pub schema: serde_json::Value,
 }
 
 /// What one poll saw of the table, for lag reporting.
@@ -131,7 +135,8 @@ impl Store {
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'active', $11, $12, $13, $14) \
              RETURNING {COLUMNS}"
         );
-        sqlx::query_as(&sql)
+        let mut tx = self.pool.begin().await?;
+        let table = sqlx::query_as(&sql)
             .bind(t.id)
             .bind(display_name(&t.namespace, &t.name))
             .bind(&t.namespace)
@@ -146,9 +151,44 @@ impl Store {
             .bind(t.checkpoint_snapshot_id)
             .bind(t.checkpoint_sequence_number)
             .bind(t.checkpoint_committed_at)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *tx)
             .await
-            .map_err(|e| StoreError::from_unique(e, "this table is already registered"))
+            .map_err(|e| StoreError::from_unique(e, "this table is already registered"))?;
+        sqlx::query("INSERT INTO table_schemas (table_id, schema_id, schema) VALUES ($1, $2, $3)")
+            .bind(t.id)
+            .bind(t.schema_id)
+            .bind(&t.schema)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(table)
+    }
+
+    /// Every top-level column name any recorded schema of the table has.
+    pub async fn table_column_names(
+        &self,
+        table: TableId,
+    ) -> Result<std::collections::BTreeSet<String>, StoreError> {
+        let names: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT f->>'name' FROM table_schemas, \
+                    jsonb_array_elements(schema->'fields') AS f \
+              WHERE table_id = $1",
+        )
+        .bind(table)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(names.into_iter().collect())
+    }
+
+    /// The newest schema recorded for the table (the one its next events are read with,
+    /// unless the table evolves again).
+    pub async fn newest_schema_id(&self, table: TableId) -> Result<Option<i32>, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT max(schema_id) FROM table_schemas WHERE table_id = $1")
+                .bind(table)
+                .fetch_one(&self.pool)
+                .await?,
+        )
     }
 
     /// All registered tables, oldest first.
@@ -197,12 +237,14 @@ impl Store {
     /// Removes a table with its change-set index; returns false when it did not exist.
     pub async fn delete_table(&self, id: TableId) -> Result<bool, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let done = sqlx::query("DELETE FROM source_tables WHERE id = $1")
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
+        // The lease first: a publish locks the lease, then the table (see `fence`); the
+        // same order here keeps a concurrent publish from deadlocking with the delete.
         sqlx::query("DELETE FROM leases WHERE name = $1")
             .bind(id.lease_name())
+            .execute(&mut *tx)
+            .await?;
+        let done = sqlx::query("DELETE FROM source_tables WHERE id = $1")
+            .bind(id)
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;

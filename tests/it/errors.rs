@@ -179,12 +179,24 @@ async fn read_errors_are_problems() {
         "malformed_cursor",
     )
     .await;
+    // A cursor of a future format version (9) is unsupported; bytes that are no
+    // version of ours at all are malformed.
+    expect_problem(
+        get(format!(
+            "/v1/tables/{a}/changes?after=CQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+        ))
+        .await
+        .unwrap(),
+        400,
+        "unsupported_cursor_version",
+    )
+    .await;
     expect_problem(
         get(format!("/v1/tables/{a}/changes?after=AAAA"))
             .await
             .unwrap(),
         400,
-        "unsupported_cursor_version",
+        "malformed_cursor",
     )
     .await;
     expect_problem(

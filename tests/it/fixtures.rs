@@ -32,13 +32,20 @@ pub fn orders_schema() -> Schema {
 
 /// Rows of `orders` for ids in `ids`: name `n<id>`, amount `<id>.05`, ts `<id>` seconds after 2026-01-01.
 pub fn orders(ids: impl IntoIterator<Item = i64>) -> RecordBatch {
+    orders_named(ids, "")
+}
+
+/// Like [`orders`], with names `n<id><suffix>` (an updated version of the same rows).
+pub fn orders_named(ids: impl IntoIterator<Item = i64>, suffix: &str) -> RecordBatch {
     let ids: Vec<i64> = ids.into_iter().collect();
     let schema = Arc::new(iceberg::arrow::schema_to_arrow_schema(&orders_schema()).unwrap());
     let base = 1_767_225_600_000_000i64; // 2026-01-01T00:00:00Z
     let columns: Vec<ArrayRef> = vec![
         Arc::new(Int64Array::from(ids.clone())),
         Arc::new(StringArray::from(
-            ids.iter().map(|i| format!("n{i}")).collect::<Vec<_>>(),
+            ids.iter()
+                .map(|i| format!("n{i}{suffix}"))
+                .collect::<Vec<_>>(),
         )),
         Arc::new(
             Decimal128Array::from(ids.iter().map(|i| *i as i128 * 100 + 5).collect::<Vec<_>>())

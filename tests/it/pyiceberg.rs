@@ -9,7 +9,7 @@ use serde_json::json;
 use crate::support::{Node, wait_until};
 
 /// The Python with pyiceberg installed (the README's test command sets it up).
-fn python() -> String {
+pub fn python() -> String {
     std::env::var("ICEFEED_TEST_PYTHON").unwrap_or_else(|_| "python3".into())
 }
 

@@ -12,6 +12,7 @@ use iceberg::table::Table;
 use iceberg::{Catalog, TableIdent};
 use icefeed::app::RunningNode;
 use icefeed::config::Settings;
+use icefeed::demo::rewrite;
 use icefeed::demo::writer::{self, AppendOptions};
 use serde_json::{Value, json};
 use sqlx::Connection;
@@ -134,6 +135,11 @@ impl Node {
             .unwrap()
             .status()
             .as_u16()
+    }
+
+    /// DELETE, returning the status and the (problem) body, `null` when empty.
+    pub async fn delete_with_body(&self, path: &str) -> (u16, Value) {
+        Self::send(self.http.delete(self.url(path))).await
     }
 
     /// Pauses or resumes a table.
@@ -275,6 +281,15 @@ impl Warehouse {
         )
         .await
         .unwrap()
+    }
+
+    /// Copy-on-write: replaces every live data file with `rows` in one `overwrite`
+    /// snapshot, the way an UPDATE/DELETE/MERGE rewrite commits; returns the table.
+    pub async fn overwrite_all(&self, table: &Table, rows: &[RecordBatch]) -> Table {
+        let files = rewrite::live_data_files(table).await.unwrap();
+        rewrite::rewrite(self.catalog.as_ref(), table, &files, rows, "overwrite")
+            .await
+            .unwrap()
     }
 
     /// The catalog part of a registration body.

@@ -155,6 +155,7 @@ pub async fn update_table(
     params(("id" = String, Path, description = "Table id")),
     responses(
         (status = 204, description = "Deleted"),
+        (status = 409, description = "Subscriptions read the table", body = Problem, content_type = "application/problem+json"),
         (status = 400, description = "Not a table id", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such table", body = Problem, content_type = "application/problem+json"),
     )
@@ -164,6 +165,18 @@ pub async fn delete_table(
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     let table = load(&state, &id).await?;
+    let readers = state.store.subscriptions_of_table(table.id).await?;
+    if !readers.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "table_in_use",
+            format!(
+                "subscriptions read this table: {}; delete them first",
+                readers.join(", ")
+            ),
+        )
+        .with("subscriptions", readers));
+    }
     state.store.delete_table(table.id).await?;
     // The index is gone, so nothing can read the segments any more: remove them in the
     // background; what a failure leaves behind is unreachable and safe to delete later.

@@ -47,6 +47,7 @@ pub async fn prepare(
         .unwrap_or(StartPosition::Named(StartName::Snapshot));
     let (export, checkpoint) = resolve_start(&metadata, head, &start)?;
     let checkpoint_snapshot = checkpoint.and_then(|id| metadata.snapshot_by_id(id).cloned());
+    let schema = metadata.current_schema();
     Ok(NewSourceTable {
         id: TableId::new(),
         namespace: ident.namespace().clone().inner(),
@@ -61,6 +62,8 @@ pub async fn prepare(
         checkpoint_snapshot_id: checkpoint,
         checkpoint_sequence_number: checkpoint_snapshot.as_ref().map(|s| s.sequence_number()),
         checkpoint_committed_at: checkpoint_snapshot.as_ref().map(committed_at),
+        schema_id: schema.schema_id(),
+        schema: serde_json::to_value(schema.as_ref()).map_err(|e| ApiError::internal(&e))?,
     })
     .inspect(|t| tracing::info!(table = %display_ident(&ident), id = %t.id, "registering table"))
 }

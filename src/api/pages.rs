@@ -1,0 +1,224 @@
+//! What every page endpoint shares: formats, limits and rendering a page in the format
+//! the client asked for.
+
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use utoipa::ToSchema;
+
+use super::AppState;
+use super::error::ApiError;
+use crate::changes::json::{JsonOptions, LongMode};
+use crate::delivery::json_page::CursorFn;
+use crate::delivery::{ArrowSink, EventSink, Framing, JsonSink, Selection, SelectionError};
+use crate::store::SourceTable;
+
+/// NDJSON media type.
+pub const NDJSON: &str = "application/x-ndjson";
+/// Arrow IPC stream media type.
+pub const ARROW_STREAM: &str = "application/vnd.apache.arrow.stream";
+/// Response header carrying the next cursor of an NDJSON or Arrow page.
+pub const NEXT_CURSOR_HEADER: &str = "icefeed-next-cursor";
+/// Response header telling whether more events are available now.
+pub const MORE_HEADER: &str = "icefeed-more";
+/// Response header carrying the number of events in the page.
+pub const COUNT_HEADER: &str = "icefeed-count";
+
+/// How 64-bit integers beyond ±2^53 are written.
+#[derive(Clone, Copy, Debug, Default, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Longs {
+    /// As numbers while exactly representable as a double, otherwise as strings.
+    #[default]
+    Auto,
+    /// Always as numbers (exact in the text; some JSON parsers round them).
+    Number,
+}
+
+impl Longs {
+    /// The JSON encoder options this choice means.
+    pub fn options(self) -> JsonOptions {
+        JsonOptions {
+            longs: match self {
+                Longs::Auto => LongMode::Auto,
+                Longs::Number => LongMode::Number,
+            },
+        }
+    }
+}
+
+/// The representation of a page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Format {
+    /// `{"events": [...], "next": ..., "more": ...}` (`application/json`).
+    Json,
+    /// One event per line (`application/x-ndjson`).
+    Ndjson,
+    /// An Arrow IPC stream (`application/vnd.apache.arrow.stream`).
+    Arrow,
+}
+
+impl Format {
+    /// The format named by the `format` parameter, else by the `Accept` header, else JSON.
+    pub fn negotiate(explicit: Option<Format>, headers: &HeaderMap) -> Format {
+        explicit.unwrap_or_else(|| {
+            let accepts = |media: &str| {
+                headers
+                    .get_all(header::ACCEPT)
+                    .iter()
+                    .filter_map(|v| v.to_str().ok())
+                    .any(|v| v.split(',').any(|t| t.trim().starts_with(media)))
+            };
+            if accepts(ARROW_STREAM) {
+                Format::Arrow
+            } else if accepts(NDJSON) {
+                Format::Ndjson
+            } else {
+                Format::Json
+            }
+        })
+    }
+}
+
+/// Checks a requested page size against the node's limits.
+pub fn page_limit(state: &AppState, limit: Option<u32>) -> Result<usize, ApiError> {
+    let max = state.settings.api.max_limit;
+    let limit = limit.unwrap_or(state.settings.api.default_limit);
+    if limit == 0 || limit > max {
+        return Err(ApiError::bad_request(
+            "limit_out_of_range",
+            format!("limit must be between 1 and {max}; got {limit}"),
+        )
+        .with("max_limit", max));
+    }
+    Ok(limit as usize)
+}
+
+/// Where a page ended, as the client sees it.
+pub struct PageTail {
+    /// Cursor to continue after.
+    pub next: String,
+    /// Whether more events are available now.
+    pub more: bool,
+}
+
+/// A page being assembled in the format the client asked for.
+pub enum PageSink<'a> {
+    Json(JsonSink<'a>, Framing),
+    Arrow(ArrowSink),
+}
+
+impl<'a> PageSink<'a> {
+    /// An empty page of up to `limit` events in `format`.
+    pub fn new(
+        format: Format,
+        options: &'a JsonOptions,
+        cursor: CursorFn<'a>,
+        limit: usize,
+    ) -> Self {
+        match format {
+            Format::Json => Self::Json(
+                JsonSink::new(Framing::JsonArray, options, cursor, limit),
+                Framing::JsonArray,
+            ),
+            Format::Ndjson => Self::Json(
+                JsonSink::new(Framing::Ndjson, options, cursor, limit),
+                Framing::Ndjson,
+            ),
+            Format::Arrow => Self::Arrow(ArrowSink::new()),
+        }
+    }
+
+    /// The sink to read events into.
+    pub fn sink(&mut self) -> &mut dyn EventSink {
+        match self {
+            Self::Json(sink, _) => sink,
+            Self::Arrow(sink) => sink,
+        }
+    }
+
+    /// The response: the page ending at `tail`. An empty Arrow page describes the newest
+    /// schema of `table` with the selected columns.
+    pub async fn respond(
+        self,
+        state: &AppState,
+        tail: PageTail,
+        table: &SourceTable,
+        selection: &Selection,
+    ) -> Result<Response, ApiError> {
+        let (content_type, body, count) = match self {
+            Self::Json(sink, framing) => {
+                let count = sink.count();
+                let events = sink.into_body();
+                match framing {
+                    Framing::JsonArray => {
+                        ("application/json", json_envelope(&events, &tail), count)
+                    }
+                    Framing::Ndjson => (NDJSON, events, count),
+                }
+            }
+            Self::Arrow(sink) => {
+                let count = sink.events();
+                let empty = match sink.is_empty() {
+                    false => None,
+                    true => match state.store.newest_schema_id(table.id).await? {
+                        Some(id) => Some(state.feed.schema(table.id, id).await?),
+                        None => None,
+                    },
+                };
+                let columns = empty
+                    .as_ref()
+                    .map(|e| selection.column_indexes(e.schema.as_struct().fields()))
+                    .unwrap_or_default();
+                let body = sink.finish(empty.as_ref().map(|e| (&e.read, &columns[..])))?;
+                (ARROW_STREAM, body, count)
+            }
+        };
+        let mut response = (
+            [(header::CONTENT_TYPE, HeaderValue::from_static(content_type))],
+            body,
+        )
+            .into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            NEXT_CURSOR_HEADER,
+            HeaderValue::from_str(&tail.next).expect("cursors are URL-safe ASCII"),
+        );
+        headers.insert(
+            MORE_HEADER,
+            HeaderValue::from_static(if tail.more { "true" } else { "false" }),
+        );
+        headers.insert(COUNT_HEADER, HeaderValue::from(count));
+        Ok(response)
+    }
+}
+
+/// `{"events":[<events>],"next":"…","more":…}` around pre-encoded events.
+fn json_envelope(events: &[u8], tail: &PageTail) -> Vec<u8> {
+    let mut body = Vec::with_capacity(events.len() + tail.next.len() + 40);
+    body.extend_from_slice(b"{\"events\":[");
+    body.extend_from_slice(events);
+    body.extend_from_slice(b"],\"next\":\"");
+    body.extend_from_slice(tail.next.as_bytes());
+    body.extend_from_slice(b"\",\"more\":");
+    body.extend_from_slice(if tail.more { b"true}" } else { b"false}" });
+    body
+}
+
+impl From<SelectionError> for ApiError {
+    fn from(e: SelectionError) -> Self {
+        let detail = e.to_string();
+        match e {
+            SelectionError::UnknownOp(_) | SelectionError::NoOps => {
+                Self::bad_request("unknown_operation", detail)
+            }
+            SelectionError::UnknownColumn { available, .. } => {
+                Self::bad_request("unknown_column", detail).with("columns", available)
+            }
+            SelectionError::NoColumns | SelectionError::DuplicateColumn(_) => {
+                Self::bad_request("invalid_columns", detail)
+            }
+        }
+    }
+}

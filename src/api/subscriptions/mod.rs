@@ -1,0 +1,537 @@
+//! `/v1/subscriptions`: named consumers with committed positions, their pages and acks.
+
+pub mod model;
+mod start;
+
+use std::collections::BTreeSet;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::Utc;
+use serde::Deserialize;
+use utoipa::IntoParams;
+use uuid::Uuid;
+
+use super::AppState;
+use super::error::{ApiError, Problem};
+use super::extract::{Json, Path, Query};
+use super::pages::{Format, Longs, PageSink, PageTail, page_limit};
+use crate::changes::{Position, subscription_cursor};
+use crate::delivery::{Positions, Selection};
+use crate::store::{
+    NewSubscription, SourceTable, StoreError, SubscribedTable, Subscription, SubscriptionState,
+    TableId,
+};
+use model::{
+    Ack, CreateSubscription, SubscribedTableView, SubscriptionKind, SubscriptionLag,
+    SubscriptionList, SubscriptionStart, SubscriptionStartName, SubscriptionView,
+    UpdateSubscription,
+};
+
+const TAG: &str = "subscriptions";
+const MAX_NAME: usize = 128;
+const MAX_TABLES: usize = 64;
+
+/// A subscription with its tables, loaded for one request.
+pub(crate) struct Loaded {
+    pub subscription: Subscription,
+    pub slots: Vec<SubscribedTable>,
+    pub tables: Vec<SourceTable>,
+}
+
+impl Loaded {
+    /// The operations and columns the subscription delivers.
+    pub fn selection(&self) -> Result<Selection, ApiError> {
+        // Checked at creation; columns a later schema dropped are simply absent.
+        let all: BTreeSet<String> = self
+            .subscription
+            .columns
+            .iter()
+            .flatten()
+            .cloned()
+            .collect();
+        Ok(Selection::new(
+            Some(&self.subscription.ops),
+            self.subscription.columns.as_deref(),
+            &all,
+        )?)
+    }
+
+    /// Decodes a cursor of this subscription.
+    pub fn decode(&self, cursor: &str) -> Result<Vec<Position>, ApiError> {
+        Ok(subscription_cursor::decode(
+            cursor,
+            self.subscription.id,
+            self.slots.len(),
+        )?)
+    }
+
+    /// The cursor of `positions`.
+    pub fn encode(&self, positions: &[Position]) -> String {
+        subscription_cursor::encode(self.subscription.id, positions)
+    }
+
+    fn committed(&self) -> Vec<Position> {
+        self.slots.iter().map(|s| s.committed).collect()
+    }
+
+    /// Refuses to deliver while paused.
+    pub fn ensure_active(&self) -> Result<(), ApiError> {
+        match self.subscription.state {
+            SubscriptionState::Active => Ok(()),
+            state => Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "subscription_not_active",
+                format!(
+                    "subscription {} is {}; resume it with PATCH {{\"paused\": false}}",
+                    self.subscription.name,
+                    serde_json::to_value(state)
+                        .expect("state serializes")
+                        .as_str()
+                        .unwrap_or("inactive")
+                ),
+            )),
+        }
+    }
+}
+
+/// Loads a subscription by id or name, answering 404 `subscription_not_found`.
+pub(crate) async fn load(state: &AppState, id_or_name: &str) -> Result<Loaded, ApiError> {
+    let subscription = state
+        .store
+        .find_subscription(id_or_name)
+        .await
+        .map_err(|e| match e {
+            StoreError::NotFound => ApiError::new(
+                StatusCode::NOT_FOUND,
+                "subscription_not_found",
+                format!("no subscription has the id or name {id_or_name:?}"),
+            ),
+            other => other.into(),
+        })?;
+    let slots = state.store.subscribed_tables(subscription.id).await?;
+    let mut tables = Vec::with_capacity(slots.len());
+    for slot in &slots {
+        tables.push(state.store.get_table(slot.table_id).await?);
+    }
+    Ok(Loaded {
+        subscription,
+        slots,
+        tables,
+    })
+}
+
+async fn view(state: &AppState, loaded: &Loaded) -> Result<SubscriptionView, ApiError> {
+    let mut total = SubscriptionLag::default();
+    let mut oldest = None;
+    let mut tables = Vec::with_capacity(loaded.slots.len());
+    for (slot, table) in loaded.slots.iter().zip(&loaded.tables) {
+        let committed = state
+            .store
+            .canonical_position(table.id, slot.committed)
+            .await?
+            .unwrap_or(slot.committed);
+        let feed = state.store.feed_lag(table.id, committed).await?;
+        let oldest_here = feed.oldest_committed_at.or(table
+            .oldest_pending_committed_at
+            .filter(|_| table.snapshots_behind > 0));
+        let lag = SubscriptionLag {
+            events: feed.events,
+            snapshots: feed.change_sets + table.snapshots_behind,
+            seconds: seconds_since(oldest_here),
+        };
+        total.events += lag.events;
+        total.snapshots += lag.snapshots;
+        oldest = oldest.min(oldest_here).or(oldest).or(oldest_here);
+        tables.push(SubscribedTableView {
+            table_id: table.id.0,
+            table: table.table_name.clone(),
+            lag,
+        });
+    }
+    total.seconds = seconds_since(oldest);
+    let s = &loaded.subscription;
+    Ok(SubscriptionView {
+        id: s.id,
+        name: s.name.clone(),
+        kind: SubscriptionKind::Pull,
+        state: s.state,
+        ops: s.ops.clone(),
+        columns: s.columns.clone(),
+        start: s.start_position.clone(),
+        committed: loaded.encode(&loaded.committed()),
+        lag: total,
+        tables,
+        last_error: s.last_error.clone(),
+        created_at: s.created_at,
+        updated_at: s.updated_at,
+    })
+}
+
+fn seconds_since(t: Option<chrono::DateTime<Utc>>) -> f64 {
+    t.map_or(0.0, |t| {
+        (Utc::now() - t).num_milliseconds().max(0) as f64 / 1000.0
+    })
+}
+
+fn validate_name(name: &str) -> Result<(), ApiError> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        && Uuid::parse_str(name).is_err();
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::bad_request(
+            "invalid_subscription_name",
+            format!(
+                "subscription names are 1 to {MAX_NAME} letters, digits, '.', '_' or '-' and \
+                 not a UUID; got {name:?}"
+            ),
+        ))
+    }
+}
+
+/// Create a subscription.
+///
+/// A subscription reads one or more tables from a start position, delivers the chosen
+/// operations and columns, and keeps the position its consumer acknowledged, so that
+/// `GET …/events` always continues after the last ack.
+#[utoipa::path(
+    post, path = "/v1/subscriptions", tag = TAG, operation_id = "createSubscription",
+    request_body = CreateSubscription,
+    responses(
+        (status = 201, description = "Created", body = SubscriptionView,
+         headers(("Location" = String, description = "URL of the new subscription"))),
+        (status = 400, description = "Invalid name, tables, operations, columns or start", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "A table does not exist", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The name is taken", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The start snapshot has no published change set", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn create_subscription(
+    State(state): State<AppState>,
+    Json(request): Json<CreateSubscription>,
+) -> Result<Response, ApiError> {
+    validate_name(&request.name)?;
+    if request.tables.is_empty() || request.tables.len() > MAX_TABLES {
+        return Err(ApiError::bad_request(
+            "invalid_tables",
+            format!("tables must name 1 to {MAX_TABLES} table ids"),
+        ));
+    }
+    let mut tables = Vec::with_capacity(request.tables.len());
+    let mut available = BTreeSet::new();
+    for id in &request.tables {
+        if request.tables.iter().filter(|t| *t == id).count() > 1 {
+            return Err(ApiError::bad_request(
+                "invalid_tables",
+                format!("table {id} is named twice"),
+            ));
+        }
+        let table = state
+            .store
+            .get_table(TableId(*id))
+            .await
+            .map_err(|e| match e {
+                StoreError::NotFound => ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    "table_not_found",
+                    format!("no table is registered with id {id}; GET /v1/tables lists them"),
+                ),
+                other => other.into(),
+            })?;
+        available.extend(state.store.table_column_names(table.id).await?);
+        tables.push(table);
+    }
+    let selection = Selection::new(
+        request.ops.as_deref(),
+        request.columns.as_deref(),
+        &available,
+    )?;
+    let start = request
+        .start
+        .unwrap_or(SubscriptionStart::Named(SubscriptionStartName::Earliest));
+    let mut positions = Vec::with_capacity(tables.len());
+    for table in &tables {
+        let position = start::resolve(&state, &start, table, tables.len()).await?;
+        positions.push((table.id, position));
+    }
+    let new = NewSubscription {
+        id: Uuid::now_v7(),
+        name: request.name,
+        kind: request.kind.unwrap_or_default().as_str(),
+        ops: selection.ops.names(),
+        columns: selection.columns,
+        start_position: serde_json::to_value(&start).expect("start serializes"),
+        tables: positions,
+    };
+    state
+        .store
+        .insert_subscription(&new)
+        .await
+        .map_err(|e| match e {
+            StoreError::Conflict(_) => ApiError::new(
+                StatusCode::CONFLICT,
+                "subscription_exists",
+                format!(
+                    "a subscription named {:?} exists; pick another name or delete it",
+                    new.name
+                ),
+            ),
+            other => other.into(),
+        })?;
+    let loaded = load(&state, &new.id.to_string()).await?;
+    let body = view(&state, &loaded).await?;
+    let location = format!("/v1/subscriptions/{}", new.id);
+    Ok((
+        StatusCode::CREATED,
+        [(header::LOCATION, location)],
+        axum::Json(body),
+    )
+        .into_response())
+}
+
+/// List subscriptions.
+#[utoipa::path(
+    get, path = "/v1/subscriptions", tag = TAG, operation_id = "listSubscriptions",
+    responses(
+        (status = 200, description = "Every subscription", body = SubscriptionList),
+        (status = 500, description = "The database failed; the answer carries an error id", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn list_subscriptions(
+    State(state): State<AppState>,
+) -> Result<axum::Json<SubscriptionList>, ApiError> {
+    let mut subscriptions = Vec::new();
+    for s in state.store.list_subscriptions().await? {
+        let loaded = load(&state, &s.id.to_string()).await?;
+        subscriptions.push(view(&state, &loaded).await?);
+    }
+    Ok(axum::Json(SubscriptionList { subscriptions }))
+}
+
+/// Get a subscription with its committed position and lag.
+#[utoipa::path(
+    get, path = "/v1/subscriptions/{id}", tag = TAG, operation_id = "getSubscription",
+    params(("id" = String, Path, description = "Subscription id or name")),
+    responses(
+        (status = 200, description = "The subscription", body = SubscriptionView),
+        (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn get_subscription(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<axum::Json<SubscriptionView>, ApiError> {
+    let loaded = load(&state, &id).await?;
+    Ok(axum::Json(view(&state, &loaded).await?))
+}
+
+/// Pause or resume a subscription.
+#[utoipa::path(
+    patch, path = "/v1/subscriptions/{id}", tag = TAG, operation_id = "updateSubscription",
+    params(("id" = String, Path, description = "Subscription id or name")),
+    request_body = UpdateSubscription,
+    responses(
+        (status = 200, description = "The subscription", body = SubscriptionView),
+        (status = 400, description = "Invalid body", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn update_subscription(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Json(update): Json<UpdateSubscription>,
+) -> Result<axum::Json<SubscriptionView>, ApiError> {
+    let loaded = load(&state, &id).await?;
+    state
+        .store
+        .set_subscription_paused(loaded.subscription.id, update.paused)
+        .await?;
+    let loaded = load(&state, &id).await?;
+    Ok(axum::Json(view(&state, &loaded).await?))
+}
+
+/// Delete a subscription.
+#[utoipa::path(
+    delete, path = "/v1/subscriptions/{id}", tag = TAG, operation_id = "deleteSubscription",
+    params(("id" = String, Path, description = "Subscription id or name")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn delete_subscription(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    let loaded = load(&state, &id).await?;
+    state
+        .store
+        .delete_subscription(loaded.subscription.id)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Query parameters of a subscription page.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct SubscriptionPageQuery {
+    /// Continue after this cursor of the subscription instead of its committed position
+    /// (to read ahead before acknowledging).
+    pub after: Option<String>,
+    /// Events per page (default 1000).
+    pub limit: Option<u32>,
+    /// How longs beyond ±2^53 are written: `auto` (default) or `number`.
+    pub longs: Option<Longs>,
+    /// `json`, `ndjson` or `arrow`; overrides the `Accept` header.
+    pub format: Option<Format>,
+}
+
+/// Read the next page of a subscription.
+///
+/// Starts after the committed position (or `after`); the same page is returned again
+/// until it is acknowledged. Events carry subscription cursors as `position`; pass one
+/// (or the page's `next`) to `POST …/ack`. Formats as for table pages; an Arrow page
+/// holds events of one table and schema.
+#[utoipa::path(
+    get, path = "/v1/subscriptions/{id}/events", tag = TAG, operation_id = "getSubscriptionEvents",
+    params(("id" = String, Path, description = "Subscription id or name"), SubscriptionPageQuery),
+    responses(
+        (status = 200, description = "A page of events", content(
+            (crate::api::changes::ChangePage = "application/json"),
+            (crate::api::changes::ChangeEvent = "application/x-ndjson"),
+            (Vec<u8> = "application/vnd.apache.arrow.stream"),
+        ),
+        headers(
+            ("Icefeed-Next-Cursor" = String, description = "Cursor for the next page"),
+            ("Icefeed-More" = bool, description = "Whether more events are available now"),
+            ("Icefeed-Count" = u64, description = "Events in the page"),
+        )),
+        (status = 400, description = "Malformed or foreign cursor, limit out of range", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The subscription is paused", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn get_subscription_events(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<SubscriptionPageQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let loaded = load(&state, &id).await?;
+    loaded.ensure_active()?;
+    let limit = page_limit(&state, query.limit)?;
+    let start = match query.after.as_deref() {
+        None | Some("") => loaded.committed(),
+        Some(cursor) => loaded.decode(cursor)?,
+    };
+    let selection = loaded.selection()?;
+    let options = query.longs.unwrap_or_default().options();
+    let format = Format::negotiate(query.format, &headers);
+    let ids = loaded.tables.iter().map(|t| t.id).collect();
+    let positions = Positions::new(loaded.subscription.id, ids, start);
+    let cursor = |t: TableId, p: Position| positions.cursor(t, p);
+    let mut page = PageSink::new(format, &options, &cursor, limit);
+    let end = state
+        .feed
+        .read_subscription(&loaded.tables, &positions, limit, &selection, page.sink())
+        .await?;
+    record_delivered(&state, &loaded, &end.next).await?;
+    let tail = PageTail {
+        next: loaded.encode(&end.next),
+        more: end.more,
+    };
+    page.respond(&state, tail, &loaded.tables[0], &selection)
+        .await
+}
+
+/// Raises the subscription's delivered positions to `next`.
+pub(crate) async fn record_delivered(
+    state: &AppState,
+    loaded: &Loaded,
+    next: &[Position],
+) -> Result<(), ApiError> {
+    let mut canonical = Vec::with_capacity(next.len());
+    for (table, p) in loaded.tables.iter().zip(next) {
+        match state.store.canonical_position(table.id, *p).await? {
+            Some(p) => canonical.push(p),
+            // Read after a position the feed never had: nothing was delivered.
+            None => return Ok(()),
+        }
+    }
+    state
+        .store
+        .record_delivered(loaded.subscription.id, &canonical)
+        .await?;
+    Ok(())
+}
+
+/// Acknowledge events: commit a position.
+///
+/// Everything up to `position` is committed; the next `GET …/events` continues after it.
+/// Acks never move backwards, and only positions the subscription handed out can be
+/// acknowledged. Acknowledging the committed position again is a no-op.
+#[utoipa::path(
+    post, path = "/v1/subscriptions/{id}/ack", tag = TAG, operation_id = "ackSubscription",
+    params(("id" = String, Path, description = "Subscription id or name")),
+    request_body = Ack,
+    responses(
+        (status = 200, description = "The subscription with its new committed position", body = SubscriptionView),
+        (status = 400, description = "Malformed or foreign cursor", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The position is before the committed one, or was never delivered", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn ack_subscription(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Json(ack): Json<Ack>,
+) -> Result<axum::Json<SubscriptionView>, ApiError> {
+    let loaded = load(&state, &id).await?;
+    let acked = loaded.decode(&ack.position)?;
+    let mut commit = Vec::with_capacity(acked.len());
+    for ((slot, table), p) in loaded.slots.iter().zip(&loaded.tables).zip(acked) {
+        let canonical = |p| state.store.canonical_position(table.id, p);
+        let not_delivered = || {
+            ApiError::new(
+                StatusCode::CONFLICT,
+                "ack_not_delivered",
+                format!(
+                    "the position is beyond anything this subscription delivered on table {}; \
+                     acknowledge positions its pages or streams returned",
+                    table.table_name
+                ),
+            )
+        };
+        let p = canonical(p).await?.ok_or_else(not_delivered)?;
+        let committed = canonical(slot.committed).await?.unwrap_or(slot.committed);
+        if p < committed {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "ack_backwards",
+                format!(
+                    "the position is before the committed position on table {}; acks never \
+                     move backwards",
+                    table.table_name
+                ),
+            )
+            .with("committed", loaded.encode(&loaded.committed())));
+        }
+        let delivered = canonical(slot.delivered).await?.unwrap_or(slot.delivered);
+        if p > delivered {
+            return Err(not_delivered());
+        }
+        commit.push(p);
+    }
+    state
+        .store
+        .record_committed(loaded.subscription.id, &commit)
+        .await?;
+    let loaded = load(&state, &id).await?;
+    Ok(axum::Json(view(&state, &loaded).await?))
+}

@@ -1,0 +1,70 @@
+//! Resolving a new subscription's start into a canonical position per table.
+
+use axum::http::StatusCode;
+
+use super::model::{SubscriptionStart, SubscriptionStartName};
+use crate::api::AppState;
+use crate::api::error::ApiError;
+use crate::changes::Position;
+use crate::store::SourceTable;
+
+/// The position `start` means in `table`'s feed.
+pub async fn resolve(
+    state: &AppState,
+    start: &SubscriptionStart,
+    table: &SourceTable,
+    tables: usize,
+) -> Result<Position, ApiError> {
+    let store = &state.store;
+    let before = |ordinal| Position {
+        ordinal,
+        consumed: 0,
+    };
+    let position = match start {
+        SubscriptionStart::Named(SubscriptionStartName::Earliest) => {
+            before(store.first_retained_ordinal(table.id).await?)
+        }
+        SubscriptionStart::Named(SubscriptionStartName::Latest) => before(table.last_ordinal + 1),
+        SubscriptionStart::Cursor { cursor } => {
+            if tables != 1 {
+                return Err(ApiError::bad_request(
+                    "cursor_start_needs_one_table",
+                    "a table cursor can only start a subscription of that one table; use \
+                     earliest, latest, a snapshot id or a timestamp for several tables",
+                ));
+            }
+            Position::from_cursor(cursor, table.id)?
+        }
+        SubscriptionStart::SnapshotId { snapshot_id } => {
+            match store.ordinal_of_snapshot(table.id, *snapshot_id).await? {
+                Some(ordinal) => before(ordinal + 1),
+                None => {
+                    return Err(ApiError::new(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        "snapshot_not_published",
+                        format!(
+                            "table {} has no published change set for snapshot {snapshot_id}; \
+                             GET /v1/tables/{}/changes shows the published snapshots",
+                            table.table_name, table.id
+                        ),
+                    ));
+                }
+            }
+        }
+        SubscriptionStart::Timestamp { timestamp } => {
+            match store.first_ordinal_since(table.id, *timestamp).await? {
+                Some(ordinal) => before(ordinal),
+                None => before(table.last_ordinal + 1),
+            }
+        }
+    };
+    store
+        .canonical_position(table.id, position)
+        .await?
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "position_not_found",
+                "the cursor points past the end of the table's feed",
+            )
+        })
+}

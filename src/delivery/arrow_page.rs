@@ -1,0 +1,157 @@
+//! Rendering events as an Arrow IPC stream: the table's (selected) columns plus Spark's
+//! changelog columns, one row per insert or delete and two per update, so that pyarrow,
+//! polars or Spark code written against `create_changelog_view` reads a page as is.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow::compute::{cast, interleave};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::ipc::writer::StreamWriter;
+
+use super::pull::{EventBatch, EventSink, FeedError};
+use crate::changelog::carryover::Op;
+use crate::changes::ReadSchema;
+use crate::store::{SegmentRecord, TableId};
+
+/// `INSERT`, `DELETE`, `UPDATE_BEFORE` or `UPDATE_AFTER`.
+pub const CHANGE_TYPE: &str = "_change_type";
+/// The ordinal of the event's change set in the table's feed.
+pub const CHANGE_ORDINAL: &str = "_change_ordinal";
+/// The snapshot that made the change.
+pub const COMMIT_SNAPSHOT_ID: &str = "_commit_snapshot_id";
+
+/// Collects events of one table and one schema as Arrow batches.
+#[derive(Default)]
+pub struct ArrowSink {
+    /// The table and schema of the page, fixed by its first segment.
+    scope: Option<(TableId, i32)>,
+    schema: Option<SchemaRef>,
+    batches: Vec<RecordBatch>,
+    events: usize,
+}
+
+impl ArrowSink {
+    /// A sink for the events of any one table and schema.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The schema id of the page's events, once the first segment was accepted.
+    pub fn schema_id(&self) -> Option<i32> {
+        self.scope.map(|(_, id)| id)
+    }
+
+    /// Events written (an update is one event and two rows).
+    pub fn events(&self) -> usize {
+        self.events
+    }
+
+    /// Whether no event was written yet (the page's columns are then unknown).
+    pub fn is_empty(&self) -> bool {
+        self.schema.is_none()
+    }
+
+    /// The page as an Arrow IPC stream. An empty page carries the columns of `empty`
+    /// (the schema the table's next events are expected in, with the selected columns).
+    pub fn finish(self, empty: Option<(&ReadSchema, &[usize])>) -> Result<Vec<u8>, FeedError> {
+        let schema = match (self.schema, empty) {
+            (Some(schema), _) => schema,
+            (None, Some((read, columns))) => {
+                let table = read.batch_schema();
+                output_schema(columns.iter().map(|&i| table.field(i).clone()).collect())
+            }
+            (None, None) => output_schema(Vec::new()),
+        };
+        let mut out = Vec::new();
+        let mut writer = StreamWriter::try_new(&mut out, &schema)?;
+        for batch in &self.batches {
+            writer.write(batch)?;
+        }
+        writer.finish()?;
+        drop(writer);
+        Ok(out)
+    }
+}
+
+/// The table's columns followed by the changelog columns.
+fn output_schema(mut fields: Vec<Field>) -> SchemaRef {
+    fields.push(Field::new(CHANGE_TYPE, DataType::Utf8, false));
+    fields.push(Field::new(CHANGE_ORDINAL, DataType::Int64, false));
+    fields.push(Field::new(COMMIT_SNAPSHOT_ID, DataType::Int64, false));
+    Arc::new(Schema::new(fields))
+}
+
+/// Which image an output row comes from.
+const BEFORE: usize = 0;
+const AFTER: usize = 1;
+
+impl EventSink for ArrowSink {
+    fn accepts(&mut self, table: TableId, segment: &SegmentRecord) -> bool {
+        let scope = (table, segment.schema_id);
+        *self.scope.get_or_insert(scope) == scope
+    }
+
+    fn write(&mut self, batch: &EventBatch<'_>, rows: &[usize]) -> Result<(), FeedError> {
+        let mut picks = Vec::with_capacity(rows.len() + rows.len() / 4);
+        let mut types = Vec::with_capacity(picks.capacity());
+        for &row in rows {
+            match batch.op(row)? {
+                Op::Insert => {
+                    picks.push((AFTER, row));
+                    types.push("INSERT");
+                }
+                Op::Delete => {
+                    picks.push((BEFORE, row));
+                    types.push("DELETE");
+                }
+                Op::Update => {
+                    picks.extend([(BEFORE, row), (AFTER, row)]);
+                    types.extend(["UPDATE_BEFORE", "UPDATE_AFTER"]);
+                }
+            }
+        }
+        let after = batch
+            .after
+            .as_ref()
+            .ok_or_else(|| FeedError::Corrupt(batch.segment.path.clone()))?;
+        // `inserts` segments have no before image; their picks never ask for one.
+        let before = batch.before.as_ref().unwrap_or(after);
+
+        let schema = self.schema.get_or_insert_with(|| {
+            output_schema(
+                batch
+                    .columns
+                    .iter()
+                    .map(|&i| {
+                        let f = &after.fields[i];
+                        Field::new(f.name(), f.data_type().clone(), true)
+                    })
+                    .collect(),
+            )
+        });
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
+        for (&i, field) in batch.columns.iter().zip(schema.fields()) {
+            let sources: [&dyn Array; 2] = [before.columns[i].as_ref(), after.columns[i].as_ref()];
+            let column = interleave(&sources, &picks)?;
+            // Files of one schema written by different writers may name nested children
+            // differently; the page keeps the names of its first batch.
+            columns.push(if column.data_type() == field.data_type() {
+                column
+            } else {
+                cast(&column, field.data_type())?
+            });
+        }
+        self.events += rows.len();
+        let n = picks.len();
+        columns.push(Arc::new(StringArray::from(types)));
+        columns.push(Arc::new(Int64Array::from(vec![batch.segment.ordinal; n])));
+        columns.push(Arc::new(Int64Array::from(vec![
+            batch.segment.snapshot_id;
+            n
+        ])));
+        self.batches
+            .push(RecordBatch::try_new(schema.clone(), columns)?);
+        Ok(())
+    }
+}

@@ -1,0 +1,182 @@
+//! Rendering events as canonical JSON: a JSON array page or NDJSON lines.
+
+use std::io::Write;
+
+use chrono::SecondsFormat;
+use iceberg::spec::NestedFieldRef;
+
+use super::pull::{EventBatch, EventSink, FeedError, Image, Page, PageEnd};
+use crate::changes::Position;
+use crate::changes::json::{BoundRecord, JsonOptions, RecordEncoder, write_json_string};
+use crate::store::{SegmentRecord, SourceTable, TableId};
+
+/// How events are separated in a page body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Framing {
+    /// `{...},{...}`: the inside of a JSON array.
+    JsonArray,
+    /// `{...}\n{...}\n`: newline-delimited JSON.
+    Ndjson,
+}
+
+/// Turns an event's position in a table's feed into the cursor a consumer sees.
+pub type CursorFn<'a> = &'a (dyn Fn(TableId, Position) -> String + Sync);
+
+/// Appends events as canonical JSON to a body.
+pub struct JsonSink<'a> {
+    body: Vec<u8>,
+    count: usize,
+    framing: Framing,
+    options: &'a JsonOptions,
+    cursor: CursorFn<'a>,
+    /// The pre-encoded metadata of the last segment written, by (table, ordinal).
+    meta: Option<((TableId, i64), EventMeta)>,
+}
+
+impl<'a> JsonSink<'a> {
+    /// An empty page expecting up to `limit` events.
+    pub fn new(
+        framing: Framing,
+        options: &'a JsonOptions,
+        cursor: CursorFn<'a>,
+        limit: usize,
+    ) -> Self {
+        Self {
+            body: Vec::with_capacity(limit.min(1024) * 256),
+            count: 0,
+            framing,
+            options,
+            cursor,
+            meta: None,
+        }
+    }
+
+    /// Events written so far.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// The encoded events.
+    pub fn into_body(self) -> Vec<u8> {
+        self.body
+    }
+
+    /// The page, ending where `end` says.
+    pub fn finish(self, end: PageEnd) -> Page {
+        Page {
+            body: self.body,
+            count: self.count,
+            next: end.next,
+            more: end.more,
+        }
+    }
+}
+
+impl EventSink for JsonSink<'_> {
+    fn write(&mut self, batch: &EventBatch<'_>, rows: &[usize]) -> Result<(), FeedError> {
+        let fields = batch.schema.schema.as_struct().fields();
+        let before_encoder = encoder(fields, batch.before.as_ref(), self.options)?;
+        let after_encoder = encoder(fields, batch.after.as_ref(), self.options)?;
+        let before = bind(before_encoder.as_ref(), batch.before.as_ref())?;
+        let after = bind(after_encoder.as_ref(), batch.after.as_ref())?;
+
+        let id = (batch.table.id, batch.segment.ordinal);
+        if self.meta.as_ref().is_none_or(|(m, _)| *m != id) {
+            self.meta = Some((id, EventMeta::new(batch.table, batch.segment)));
+        }
+        let meta = &self.meta.as_ref().expect("set above").1;
+        for &row in rows {
+            let b = side(before.as_ref(), row);
+            let a = side(after.as_ref(), row);
+            let op = batch.op(row)?;
+            let cursor = (self.cursor)(batch.table.id, batch.position(row));
+            if self.framing == Framing::JsonArray && self.count > 0 {
+                self.body.push(b',');
+            }
+            let out = &mut self.body;
+            out.extend_from_slice(b"{\"position\":\"");
+            out.extend_from_slice(cursor.as_bytes());
+            out.extend_from_slice(b"\",\"op\":\"");
+            out.extend_from_slice(op.as_str().as_bytes());
+            out.extend_from_slice(b"\",\"table\":");
+            out.extend_from_slice(&meta.table);
+            if let Some(rows) = a.or(b).filter(|_| !batch.key.is_empty()) {
+                out.extend_from_slice(b",\"key\":");
+                rows.write_fields(row, batch.key, out);
+            }
+            for (name, image) in [(&b",\"before\":"[..], b), (&b",\"after\":"[..], a)] {
+                if let Some(rows) = image {
+                    out.extend_from_slice(name);
+                    if batch.whole_rows {
+                        rows.write_row(row, out);
+                    } else {
+                        rows.write_fields(row, batch.columns, out);
+                    }
+                }
+            }
+            out.extend_from_slice(&meta.tail);
+            if self.framing == Framing::Ndjson {
+                out.push(b'\n');
+            }
+            self.count += 1;
+        }
+        Ok(())
+    }
+}
+
+fn encoder(
+    fields: &[NestedFieldRef],
+    image: Option<&Image<'_>>,
+    options: &JsonOptions,
+) -> Result<Option<RecordEncoder>, FeedError> {
+    Ok(image
+        .map(|i| RecordEncoder::try_new(fields, i.fields, options))
+        .transpose()?)
+}
+
+fn bind<'a>(
+    encoder: Option<&'a RecordEncoder>,
+    image: Option<&'a Image<'a>>,
+) -> Result<Option<(BoundRecord<'a>, &'a Image<'a>)>, FeedError> {
+    match (encoder, image) {
+        (Some(e), Some(i)) => Ok(Some((e.bind(i.columns)?, i))),
+        _ => Ok(None),
+    }
+}
+
+/// The bound rows of an image, if row `row` has it.
+fn side<'a, 'b>(
+    side: Option<&'b (BoundRecord<'a>, &'a Image<'a>)>,
+    row: usize,
+) -> Option<&'b BoundRecord<'a>> {
+    side.filter(|(_, image)| image.has(row))
+        .map(|(bound, _)| bound)
+}
+
+/// The parts of an event that are the same for every row of a segment, pre-encoded.
+struct EventMeta {
+    /// The table name as a JSON string.
+    table: Vec<u8>,
+    /// `,"snapshot_id":…,"sequence_number":…,"committed_at":"…","schema_id":…}`.
+    tail: Vec<u8>,
+}
+
+impl EventMeta {
+    fn new(table: &SourceTable, segment: &SegmentRecord) -> Self {
+        let mut name = Vec::new();
+        write_json_string(&table.table_name, &mut name);
+        let mut tail = Vec::new();
+        write!(
+            tail,
+            ",\"snapshot_id\":{},\"sequence_number\":{},\"committed_at\":\"{}\",\"schema_id\":{}}}",
+            segment.snapshot_id,
+            segment.sequence_number,
+            segment
+                .committed_at
+                .to_rfc3339_opts(SecondsFormat::Millis, true),
+            segment.schema_id
+        )
+        .expect("writing to a Vec");
+        Self { table: name, tail }
+    }
+}

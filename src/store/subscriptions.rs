@@ -1,0 +1,381 @@
+//! Subscriptions: named consumers with a committed and a delivered position per table.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::{Store, StoreError, TableId};
+use crate::changes::Position;
+
+/// Whether a subscription delivers.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, sqlx::Type, utoipa::ToSchema,
+)]
+#[sqlx(type_name = "TEXT", rename_all = "lowercase")]
+#[serde(rename_all = "lowercase")]
+pub enum SubscriptionState {
+    /// Delivering.
+    Active,
+    /// Paused by an operator; resume with `PATCH {"paused": false}`.
+    Paused,
+    /// Stopped on an error (see `last_error`).
+    Failed,
+}
+
+/// A subscription as stored.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct Subscription {
+    pub id: Uuid,
+    pub name: String,
+    pub kind: String,
+    pub state: SubscriptionState,
+    pub ops: Vec<String>,
+    pub columns: Option<Vec<String>>,
+    pub start_position: serde_json::Value,
+    pub last_error: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// One table of a subscription with its positions.
+#[derive(Clone, Debug)]
+pub struct SubscribedTable {
+    pub slot: i32,
+    pub table_id: TableId,
+    pub committed: Position,
+    pub delivered: Position,
+}
+
+#[derive(sqlx::FromRow)]
+struct SlotRow {
+    slot: i32,
+    table_id: TableId,
+    committed_ordinal: i64,
+    committed_consumed: i64,
+    delivered_ordinal: i64,
+    delivered_consumed: i64,
+}
+
+impl From<SlotRow> for SubscribedTable {
+    fn from(r: SlotRow) -> Self {
+        Self {
+            slot: r.slot,
+            table_id: r.table_id,
+            committed: Position {
+                ordinal: r.committed_ordinal,
+                consumed: r.committed_consumed,
+            },
+            delivered: Position {
+                ordinal: r.delivered_ordinal,
+                consumed: r.delivered_consumed,
+            },
+        }
+    }
+}
+
+/// What creating a subscription stores.
+#[derive(Clone, Debug)]
+pub struct NewSubscription {
+    pub id: Uuid,
+    pub name: String,
+    pub kind: &'static str,
+    pub ops: Vec<String>,
+    pub columns: Option<Vec<String>>,
+    pub start_position: serde_json::Value,
+    /// (table, canonical start position) per slot.
+    pub tables: Vec<(TableId, Position)>,
+}
+
+/// How far a table's feed is ahead of a position.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FeedLag {
+    /// Published events after the position.
+    pub events: i64,
+    /// Published change sets with events after the position.
+    pub change_sets: i64,
+    /// Commit time of the oldest change set not consumed.
+    pub oldest_committed_at: Option<DateTime<Utc>>,
+}
+
+const COLUMNS: &str =
+    "id, name, kind, state, ops, columns, start_position, last_error, created_at, updated_at";
+
+impl Store {
+    /// Creates a subscription; `Conflict` when the name is taken.
+    pub async fn insert_subscription(
+        &self,
+        s: &NewSubscription,
+    ) -> Result<Subscription, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let sql = format!(
+            "INSERT INTO subscriptions (id, name, kind, state, ops, columns, start_position) \
+             VALUES ($1, $2, $3, 'active', $4, $5, $6) RETURNING {COLUMNS}"
+        );
+        let subscription: Subscription = sqlx::query_as(&sql)
+            .bind(s.id)
+            .bind(&s.name)
+            .bind(s.kind)
+            .bind(&s.ops)
+            .bind(&s.columns)
+            .bind(&s.start_position)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(|e| StoreError::from_unique(e, "a subscription with this name exists"))?;
+        let tables: Vec<TableId> = s.tables.iter().map(|(t, _)| *t).collect();
+        let ordinals: Vec<i64> = s.tables.iter().map(|(_, p)| p.ordinal).collect();
+        let consumed: Vec<i64> = s.tables.iter().map(|(_, p)| p.consumed).collect();
+        sqlx::query(
+            "INSERT INTO subscription_tables (subscription_id, slot, table_id, \
+               committed_ordinal, committed_consumed, delivered_ordinal, delivered_consumed) \
+             SELECT $1, n::int - 1, t, o, c, o, c \
+               FROM unnest($2::uuid[], $3::bigint[], $4::bigint[]) WITH ORDINALITY AS u(t, o, c, n)",
+        )
+        .bind(s.id)
+        .bind(&tables)
+        .bind(&ordinals)
+        .bind(&consumed)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(subscription)
+    }
+
+    /// All subscriptions, oldest first.
+    pub async fn list_subscriptions(&self) -> Result<Vec<Subscription>, StoreError> {
+        let sql = format!("SELECT {COLUMNS} FROM subscriptions ORDER BY created_at, id");
+        Ok(sqlx::query_as(&sql).fetch_all(&self.pool).await?)
+    }
+
+    /// A subscription by id or by name.
+    pub async fn find_subscription(&self, id_or_name: &str) -> Result<Subscription, StoreError> {
+        let id = Uuid::parse_str(id_or_name).ok();
+        let sql = format!(
+            "SELECT {COLUMNS} FROM subscriptions WHERE ($1::uuid IS NOT NULL AND id = $1) \
+               OR ($1::uuid IS NULL AND name = $2)"
+        );
+        sqlx::query_as(&sql)
+            .bind(id)
+            .bind(id_or_name)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)
+    }
+
+    /// The tables of a subscription in slot order.
+    pub async fn subscribed_tables(&self, id: Uuid) -> Result<Vec<SubscribedTable>, StoreError> {
+        let rows: Vec<SlotRow> = sqlx::query_as(
+            "SELECT slot, table_id, committed_ordinal, committed_consumed, delivered_ordinal, \
+                    delivered_consumed \
+               FROM subscription_tables WHERE subscription_id = $1 ORDER BY slot",
+        )
+        .bind(id)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    /// Names of the subscriptions reading a table.
+    pub async fn subscriptions_of_table(&self, table: TableId) -> Result<Vec<String>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT s.name FROM subscriptions s JOIN subscription_tables t \
+               ON t.subscription_id = s.id WHERE t.table_id = $1 ORDER BY s.name",
+        )
+        .bind(table)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Pauses or resumes a subscription.
+    pub async fn set_subscription_paused(
+        &self,
+        id: Uuid,
+        paused: bool,
+    ) -> Result<Subscription, StoreError> {
+        let sql = format!(
+            "UPDATE subscriptions SET state = CASE WHEN $2 THEN 'paused' ELSE 'active' END, \
+               last_error = CASE WHEN $2 THEN last_error ELSE NULL END, updated_at = now() \
+             WHERE id = $1 RETURNING {COLUMNS}"
+        );
+        sqlx::query_as(&sql)
+            .bind(id)
+            .bind(paused)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)
+    }
+
+    /// Removes a subscription; false when it did not exist.
+    pub async fn delete_subscription(&self, id: Uuid) -> Result<bool, StoreError> {
+        let done = sqlx::query("DELETE FROM subscriptions WHERE id = $1")
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Raises the delivered positions (never lowers them); positions are canonical.
+    pub async fn record_delivered(
+        &self,
+        id: Uuid,
+        positions: &[Position],
+    ) -> Result<(), StoreError> {
+        self.raise_positions(id, positions, "delivered").await
+    }
+
+    /// Commits positions; the caller has checked they lie between committed and delivered.
+    pub async fn record_committed(
+        &self,
+        id: Uuid,
+        positions: &[Position],
+    ) -> Result<(), StoreError> {
+        self.raise_positions(id, positions, "committed").await
+    }
+
+    async fn raise_positions(
+        &self,
+        id: Uuid,
+        positions: &[Position],
+        which: &str,
+    ) -> Result<(), StoreError> {
+        let sql = format!(
+            "UPDATE subscription_tables t \
+                SET {which}_ordinal = u.o, {which}_consumed = u.c \
+               FROM unnest($2::bigint[], $3::bigint[]) WITH ORDINALITY AS u(o, c, n) \
+              WHERE t.subscription_id = $1 AND t.slot = u.n - 1 \
+                AND (u.o, u.c) > (t.{which}_ordinal, t.{which}_consumed)"
+        );
+        sqlx::query(&sql)
+            .bind(id)
+            .bind(positions.iter().map(|p| p.ordinal).collect::<Vec<_>>())
+            .bind(positions.iter().map(|p| p.consumed).collect::<Vec<_>>())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// The canonical form of a position in a table's feed: the point just before the
+    /// next event not consumed, so equal points compare equal. (3, all of 3's events)
+    /// and (4, 0) are both (4, 0) when change set 4 has events. `None` for a position
+    /// the feed never had (past the end of its change set, or past the published end).
+    pub async fn canonical_position(
+        &self,
+        table: TableId,
+        p: Position,
+    ) -> Result<Option<Position>, StoreError> {
+        let (last, count, next): (i64, Option<i64>, Option<i64>) = sqlx::query_as(
+            "SELECT t.last_ordinal, \
+                    (SELECT event_count FROM change_sets WHERE table_id = $1 AND ordinal = $2), \
+                    (SELECT min(ordinal) FROM change_sets WHERE table_id = $1 \
+                       AND event_count > 0 \
+                       AND (ordinal > $2 OR (ordinal = $2 AND event_count > $3))) \
+               FROM source_tables t WHERE t.id = $1",
+        )
+        .bind(table)
+        .bind(p.ordinal)
+        .bind(p.consumed)
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or(StoreError::NotFound)?;
+        let exists = match count {
+            Some(count) => p.consumed <= count,
+            // Before the first change set, a pruned one, or the next to be published.
+            None => p.consumed == 0 && p.ordinal <= last + 1,
+        };
+        if !exists {
+            return Ok(None);
+        }
+        let before = |ordinal| Position {
+            ordinal,
+            consumed: 0,
+        };
+        Ok(Some(match next {
+            Some(o) if o == p.ordinal => p,
+            Some(o) => before(o),
+            None => before(last + 1),
+        }))
+    }
+
+    /// The ordinal of the change set published for `snapshot_id`, if any.
+    pub async fn ordinal_of_snapshot(
+        &self,
+        table: TableId,
+        snapshot_id: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT ordinal FROM change_sets WHERE table_id = $1 AND snapshot_id = $2",
+        )
+        .bind(table)
+        .bind(snapshot_id)
+        .fetch_optional(&self.pool)
+        .await?)
+    }
+
+    /// The first change set committed at or after `at`, if any.
+    pub async fn first_ordinal_since(
+        &self,
+        table: TableId,
+        at: DateTime<Utc>,
+    ) -> Result<Option<i64>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT min(ordinal) FROM change_sets WHERE table_id = $1 AND committed_at >= $2",
+        )
+        .bind(table)
+        .bind(at)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    /// The first retained change set's ordinal (or the next to be published).
+    pub async fn first_retained_ordinal(&self, table: TableId) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT coalesce((SELECT min(ordinal) FROM change_sets WHERE table_id = $1), \
+                             (SELECT last_ordinal + 1 FROM source_tables WHERE id = $1))",
+        )
+        .bind(table)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    /// How far `table`'s published feed is ahead of canonical position `p`.
+    pub async fn feed_lag(&self, table: TableId, p: Position) -> Result<FeedLag, StoreError> {
+        let (events, change_sets, oldest): (i64, i64, Option<DateTime<Utc>>) = sqlx::query_as(
+            "SELECT coalesce(sum(event_count), 0)::bigint - $3, count(*), min(committed_at) \
+               FROM change_sets WHERE table_id = $1 AND ordinal >= $2 AND event_count > 0",
+        )
+        .bind(table)
+        .bind(p.ordinal)
+        .bind(p.consumed)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(FeedLag {
+            events: events.max(0),
+            change_sets,
+            oldest_committed_at: oldest,
+        })
+    }
+
+    /// Slots of `tables` that have events after their position in `positions`, ordered by
+    /// when the change set holding their next event was published.
+    pub async fn slots_by_next_publication(
+        &self,
+        tables: &[TableId],
+        positions: &[Position],
+    ) -> Result<Vec<usize>, StoreError> {
+        let slots: Vec<i64> = sqlx::query_scalar(
+            "SELECT u.n - 1 FROM unnest($1::uuid[], $2::bigint[], $3::bigint[]) \
+                    WITH ORDINALITY AS u(t, o, c, n) \
+               CROSS JOIN LATERAL ( \
+                 SELECT published_at FROM change_sets \
+                  WHERE table_id = u.t AND event_count > 0 \
+                    AND (ordinal > u.o OR (ordinal = u.o AND event_count > u.c)) \
+                  ORDER BY ordinal LIMIT 1) next \
+              ORDER BY next.published_at, u.n",
+        )
+        .bind(tables.iter().map(|t| t.0).collect::<Vec<_>>())
+        .bind(positions.iter().map(|p| p.ordinal).collect::<Vec<_>>())
+        .bind(positions.iter().map(|p| p.consumed).collect::<Vec<_>>())
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(slots.into_iter().map(|s| s as usize).collect())
+    }
+}
