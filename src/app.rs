@@ -15,8 +15,8 @@ use crate::changes::{ChangeStore, SegmentReader};
 use crate::config::Settings;
 use crate::delivery::Feed;
 use crate::store::Store;
-use crate::workers::Scheduler;
 use crate::workers::tasks::{TaskContext, TaskRunner};
+use crate::workers::{Janitor, Scheduler};
 
 /// A node that is running.
 pub struct RunningNode {
@@ -78,6 +78,12 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
     for _ in 0..settings.scheduler.task_workers {
         background.spawn(runner.clone().run(stop.clone()));
     }
+    let janitor = Janitor {
+        store: store.clone(),
+        changes: changes.clone(),
+        settings: settings.retention.clone(),
+    };
+    background.spawn(janitor.run(stop.clone()));
     let scheduler = Scheduler::new(store, changes, settings.scheduler.clone(), node, catalogs);
     background.spawn(scheduler.run(stop.clone(), wake));
     let app = api::router(state);

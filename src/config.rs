@@ -27,6 +27,30 @@ pub struct Settings {
     pub scheduler: SchedulerSettings,
     /// HTTP API limits.
     pub api: ApiSettings,
+    /// Pruning change sets past their tables' retention.
+    pub retention: RetentionSettings,
+}
+
+/// How the janitor prunes change sets (the limits themselves are set per table).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RetentionSettings {
+    /// How often each node looks for change sets past retention.
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+    /// How long the segments of a pruned change set stay in the change store, so that
+    /// reads that found them just before they were pruned can finish.
+    #[serde(with = "humantime_serde")]
+    pub grace: Duration,
+}
+
+impl Default for RetentionSettings {
+    fn default() -> Self {
+        Self {
+            interval: Duration::from_secs(60),
+            grace: Duration::from_secs(60),
+        }
+    }
 }
 
 /// How the background scheduler polls tables and holds leases.
@@ -79,6 +103,7 @@ impl Default for Settings {
             node_id: None,
             scheduler: SchedulerSettings::default(),
             api: ApiSettings::default(),
+            retention: RetentionSettings::default(),
         }
     }
 }
@@ -129,6 +154,7 @@ const SETTINGS: &[&str] = &[
     "node_id",
     "scheduler",
     "api",
+    "retention",
 ];
 
 fn is_setting(key: &str) -> bool {

@@ -44,6 +44,10 @@ fn describe() {
         "Change sets published"
     );
     describe_counter!(
+        "icefeed_change_sets_pruned_total",
+        "Change sets removed by retention"
+    );
+    describe_counter!(
         "icefeed_scheduler_poll_errors_total",
         "Failed polls, by table"
     );

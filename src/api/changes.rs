@@ -10,7 +10,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::AppState;
 use super::error::{ApiError, Problem};
 use super::extract::{Path, Query};
-use super::pages::{Format, Longs, PageSink, PageTail, page_limit};
+use super::pages::{Format, Longs, PageSink, PageTail, feed_start, page_limit, position_expired};
 use super::tables::load;
 use crate::changes::Position;
 use crate::delivery::selection::split_list;
@@ -24,7 +24,7 @@ const TAG: &str = "changes";
 #[into_params(parameter_in = Query)]
 pub struct PageQuery {
     /// Cursor to continue after (the `next` of the previous page or an event's
-    /// `position`); omit to start at the beginning of the feed.
+    /// `position`); omit to start at the oldest retained event.
     pub after: Option<String>,
     /// Events per page (default 1000).
     pub limit: Option<u32>,
@@ -125,6 +125,7 @@ pub struct ChangePage {
         )),
         (status = 400, description = "Malformed or foreign cursor, limit out of range, unknown operation or column", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such table", body = Problem, content_type = "application/problem+json"),
+        (status = 410, description = "The events after the cursor were removed by retention; `earliest` holds the oldest available cursor", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn get_changes(
@@ -136,7 +137,7 @@ pub async fn get_changes(
     let table = load(&state, &id).await?;
     let limit = page_limit(&state, query.limit)?;
     let after = match query.after.as_deref() {
-        None | Some("") => Position::START,
+        None | Some("") => feed_start(&table),
         Some(cursor) => Position::from_cursor(cursor, table.id)?,
     };
     let selection = query.selection(&state, &table).await?;
@@ -150,6 +151,12 @@ pub async fn get_changes(
     };
     let mut page = PageSink::new(format, &options, &cursor, limit);
     let end = state.feed.read(&table, &request, page.sink()).await?;
+    // Checked after reading: retention only ever prunes a prefix, so if the position is
+    // still retained now, nothing after it went missing while the page was read.
+    let floor = state.store.floor(table.id).await?;
+    if floor.is_gone(after) {
+        return Err(position_expired(floor.earliest().to_cursor(table.id)));
+    }
     let tail = PageTail {
         next: end.next.to_cursor(table.id),
         more: end.more,

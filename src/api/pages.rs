@@ -1,13 +1,14 @@
 //! What every page endpoint shares: formats, limits and rendering a page in the format
 //! the client asked for.
 
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::AppState;
 use super::error::ApiError;
+use crate::changes::Position;
 use crate::changes::json::{JsonOptions, LongMode};
 use crate::delivery::json_page::CursorFn;
 use crate::delivery::{ArrowSink, EventSink, Framing, JsonSink, Selection, SelectionError};
@@ -93,6 +94,28 @@ pub fn page_limit(state: &AppState, limit: Option<u32>) -> Result<usize, ApiErro
         .with("max_limit", max));
     }
     Ok(limit as usize)
+}
+
+/// 410 `position_expired`: the events after the position were pruned by retention.
+/// `earliest` is the cursor of the earliest position still available.
+pub fn position_expired(earliest: String) -> ApiError {
+    ApiError::new(
+        StatusCode::GONE,
+        "position_expired",
+        "the events after this position were removed by the table's retention; continue \
+         from `earliest` (the oldest retained position) or start over",
+    )
+    .with("earliest", earliest)
+}
+
+/// Where a table feed starts when no cursor is given: its oldest retained event.
+pub fn feed_start(table: &SourceTable) -> Position {
+    let floor = table.floor();
+    if floor.ordinal == 0 {
+        Position::START
+    } else {
+        floor.earliest()
+    }
 }
 
 /// Where a page ended, as the client sees it.

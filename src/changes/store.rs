@@ -103,7 +103,15 @@ impl ChangeStore {
 
     /// The key of segment `n` of `table`'s change set for `snapshot_id`.
     pub fn segment_key(table: TableId, snapshot_id: i64, n: usize) -> String {
-        format!("tables/{table}/snapshots/{snapshot_id}/{n:06}.parquet")
+        format!(
+            "{}/{n:06}.parquet",
+            Self::snapshot_prefix(table, snapshot_id)
+        )
+    }
+
+    /// The prefix of every segment of one snapshot's change set.
+    pub fn snapshot_prefix(table: TableId, snapshot_id: i64) -> String {
+        format!("tables/{table}/snapshots/{snapshot_id}")
     }
 
     /// Copies an Iceberg data file byte for byte into the store under `key`, after

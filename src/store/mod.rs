@@ -2,6 +2,7 @@
 
 mod change_sets;
 mod leases;
+mod retention;
 mod subscriptions;
 mod tables;
 mod tasks;
@@ -13,6 +14,7 @@ use sqlx::postgres::PgPoolOptions;
 
 pub use change_sets::{ChangeSetRecord, NewChangeSet, NewSegment, SegmentRecord};
 pub use leases::Lease;
+pub use retention::{Floor, Pruned, Retention};
 pub use subscriptions::{
     FeedLag, NewSubscription, SubscribedTable, Subscription, SubscriptionState,
 };

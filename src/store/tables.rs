@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::leases::{Lease, fence};
+use super::retention::{Floor, Retention};
 use super::{Store, StoreError};
 
 /// Id of a registered source table.
@@ -77,6 +78,11 @@ pub struct SourceTable {
     pub oldest_pending_committed_at: Option<DateTime<Utc>>,
     pub last_polled_at: Option<DateTime<Utc>>,
     pub last_ordinal: i64,
+    pub retention_max_age_ms: Option<i64>,
+    pub retention_max_change_sets: Option<i64>,
+    pub retention_hard_max_age_ms: Option<i64>,
+    pub pruned_through_ordinal: i64,
+    pub pruned_through_events: i64,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
 }
@@ -85,6 +91,23 @@ impl SourceTable {
     /// True while the table's current state has not been exported yet.
     pub fn export_pending(&self) -> bool {
         self.mode == "export"
+    }
+
+    /// The table's retention limits.
+    pub fn retention(&self) -> Retention {
+        Retention {
+            max_age_ms: self.retention_max_age_ms,
+            max_change_sets: self.retention_max_change_sets,
+            hard_max_age_ms: self.retention_hard_max_age_ms,
+        }
+    }
+
+    /// The pruned prefix of the feed when the table was loaded.
+    pub fn floor(&self) -> Floor {
+        Floor {
+            ordinal: self.pruned_through_ordinal,
+            events: self.pruned_through_events,
+        }
     }
 }
 
@@ -109,6 +132,7 @@ pub struct NewSourceTable {
     /// that projections can be checked before anything is published.
     pub schema_id: i32,
     pub schema: serde_json::Value,
+    pub retention: Retention,
 }
 
 /// What one poll saw of the table, for lag reporting.
@@ -123,7 +147,8 @@ const COLUMNS: &str = "id, table_name, namespace, name, catalog, branch, identif
     start_position, poll_interval_ms, state, mode, checkpoint_snapshot_id, \
     checkpoint_sequence_number, checkpoint_committed_at, last_error, error_snapshot_id, \
     head_snapshot_id, snapshots_behind, oldest_pending_committed_at, last_polled_at, \
-    last_ordinal, created_at, updated_at";
+    last_ordinal, retention_max_age_ms, retention_max_change_sets, retention_hard_max_age_ms, \
+    pruned_through_ordinal, pruned_through_events, created_at, updated_at";
 
 impl Store {
     /// Registers a table; `Conflict` when the same catalog table and branch exist already.
@@ -131,8 +156,10 @@ impl Store {
         let sql = format!(
             "INSERT INTO source_tables (id, table_name, namespace, name, catalog, catalog_key, \
              branch, identifier_columns, start_position, poll_interval_ms, state, mode, \
-             checkpoint_snapshot_id, checkpoint_sequence_number, checkpoint_committed_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'active', $11, $12, $13, $14) \
+             checkpoint_snapshot_id, checkpoint_sequence_number, checkpoint_committed_at, \
+             retention_max_age_ms, retention_max_change_sets, retention_hard_max_age_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'active', $11, $12, $13, $14, \
+                     $15, $16, $17) \
              RETURNING {COLUMNS}"
         );
         let mut tx = self.pool.begin().await?;
@@ -151,6 +178,9 @@ impl Store {
             .bind(t.checkpoint_snapshot_id)
             .bind(t.checkpoint_sequence_number)
             .bind(t.checkpoint_committed_at)
+            .bind(t.retention.max_age_ms)
+            .bind(t.retention.max_change_sets)
+            .bind(t.retention.hard_max_age_ms)
             .fetch_one(&mut *tx)
             .await
             .map_err(|e| StoreError::from_unique(e, "this table is already registered"))?;

@@ -1,6 +1,7 @@
 //! Background work: the scheduler that keeps every registered table's feed up to date.
 
 mod heartbeat;
+mod janitor;
 mod rewrite;
 mod scheduler;
 mod shuffle;
@@ -8,5 +9,6 @@ mod sync;
 pub mod tasks;
 
 pub use heartbeat::Heartbeat;
+pub use janitor::Janitor;
 pub use scheduler::Scheduler;
 pub use sync::{SyncError, TableSync, committed_at};

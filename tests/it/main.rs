@@ -8,5 +8,6 @@ mod nodes;
 mod openapi;
 mod oracle;
 mod pyiceberg;
+mod retention;
 mod subscriptions;
 mod support;

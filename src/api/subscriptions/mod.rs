@@ -16,7 +16,7 @@ use uuid::Uuid;
 use super::AppState;
 use super::error::{ApiError, Problem};
 use super::extract::{Json, Path, Query};
-use super::pages::{Format, Longs, PageSink, PageTail, page_limit};
+use super::pages::{Format, Longs, PageSink, PageTail, page_limit, position_expired};
 use crate::changes::{Position, subscription_cursor};
 use crate::delivery::{Positions, Selection};
 use crate::store::{
@@ -74,6 +74,28 @@ impl Loaded {
 
     fn committed(&self) -> Vec<Position> {
         self.slots.iter().map(|s| s.committed).collect()
+    }
+
+    /// Answers 410 when retention removed events after any of `positions` (checked after
+    /// reading, as for table pages).
+    pub async fn ensure_retained(
+        &self,
+        state: &AppState,
+        positions: &[Position],
+    ) -> Result<(), ApiError> {
+        let mut earliest = positions.to_vec();
+        let mut gone = false;
+        for (slot, table) in self.tables.iter().enumerate() {
+            let floor = state.store.floor(table.id).await?;
+            if floor.is_gone(positions[slot]) {
+                earliest[slot] = floor.earliest();
+                gone = true;
+            }
+        }
+        if gone {
+            return Err(position_expired(self.encode(&earliest)));
+        }
+        Ok(())
     }
 
     /// Refuses to deliver while paused.
@@ -415,6 +437,7 @@ pub struct SubscriptionPageQuery {
         (status = 400, description = "Malformed or foreign cursor, limit out of range", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The subscription is paused", body = Problem, content_type = "application/problem+json"),
+        (status = 410, description = "Retention removed events the subscription had not consumed (a hard limit); `earliest` holds the oldest available cursor", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn get_subscription_events(
@@ -434,6 +457,7 @@ pub async fn get_subscription_events(
     let options = query.longs.unwrap_or_default().options();
     let format = Format::negotiate(query.format, &headers);
     let ids = loaded.tables.iter().map(|t| t.id).collect();
+    let start_positions = start.clone();
     let positions = Positions::new(loaded.subscription.id, ids, start);
     let cursor = |t: TableId, p: Position| positions.cursor(t, p);
     let mut page = PageSink::new(format, &options, &cursor, limit);
@@ -441,6 +465,7 @@ pub async fn get_subscription_events(
         .feed
         .read_subscription(&loaded.tables, &positions, limit, &selection, page.sink())
         .await?;
+    loaded.ensure_retained(&state, &start_positions).await?;
     record_delivered(&state, &loaded, &end.next).await?;
     let tail = PageTail {
         next: loaded.encode(&end.next),

@@ -138,6 +138,10 @@ pub async fn update_table(
         .map(register::validate_poll_interval)
         .transpose()?
         .map(|d| d.as_millis() as i64);
+    if let Some(retention) = update.retention {
+        let retention = register::validate_retention(retention)?;
+        state.store.set_retention(table.id, &retention).await?;
+    }
     let table = state
         .store
         .update_table(table.id, update.paused, poll)

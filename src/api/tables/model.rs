@@ -6,7 +6,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::catalog::redact;
-use crate::store::{SourceTable, TableState};
+use crate::store::{Retention, SourceTable, TableState};
 
 /// Where a new table's feed starts.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -61,6 +61,9 @@ pub struct RegisterTable {
     /// The branch to follow; default `main`.
     #[serde(default)]
     pub branch: Option<String>,
+    /// How long and how many change sets are kept; default: forever.
+    #[serde(default)]
+    pub retention: Option<Retention>,
 }
 
 /// Body of `PATCH /v1/tables/{id}`.
@@ -73,6 +76,9 @@ pub struct UpdateTable {
     /// A new poll interval in milliseconds.
     #[serde(default)]
     pub poll_interval_ms: Option<u64>,
+    /// New retention limits (replacing the old ones; `{}` keeps everything forever).
+    #[serde(default)]
+    pub retention: Option<Retention>,
 }
 
 /// The last published snapshot.
@@ -130,6 +136,10 @@ pub struct TableView {
     pub error_snapshot_id: Option<i64>,
     /// Change sets published so far.
     pub change_sets: i64,
+    /// Retention limits.
+    pub retention: Retention,
+    /// Change sets removed by retention so far (every ordinal up to this one).
+    pub pruned_through: i64,
     /// When the table was last polled.
     pub last_polled_at: Option<DateTime<Utc>>,
     /// Registration time.
@@ -169,6 +179,8 @@ impl From<&SourceTable> for TableView {
             last_error: t.last_error.clone(),
             error_snapshot_id: t.error_snapshot_id,
             change_sets: t.last_ordinal,
+            retention: t.retention(),
+            pruned_through: t.pruned_through_ordinal,
             last_polled_at: t.last_polled_at,
             created_at: t.created_at,
             updated_at: t.updated_at,

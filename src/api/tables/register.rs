@@ -10,7 +10,7 @@ use iceberg::util::snapshot::ancestors_of;
 use super::model::{RegisterTable, StartName, StartPosition};
 use crate::api::error::ApiError;
 use crate::catalog::{CatalogConfig, display_ident, parse_ident};
-use crate::store::{NewSourceTable, TableId};
+use crate::store::{NewSourceTable, Retention, TableId};
 use crate::workers::committed_at;
 
 const MIN_POLL: Duration = Duration::from_millis(100);
@@ -25,6 +25,7 @@ pub async fn prepare(
         Some(ms) => validate_poll_interval(ms)?,
         None => default_poll,
     };
+    let retention = validate_retention(request.retention.unwrap_or_default())?;
     let catalog = CatalogConfig::from_json(&request.catalog)?;
     let ident = parse_ident(&request.table)
         .map_err(|e| ApiError::bad_request("invalid_table_identifier", e.to_string()))?;
@@ -62,6 +63,7 @@ pub async fn prepare(
         checkpoint_snapshot_id: checkpoint,
         checkpoint_sequence_number: checkpoint_snapshot.as_ref().map(|s| s.sequence_number()),
         checkpoint_committed_at: checkpoint_snapshot.as_ref().map(committed_at),
+        retention,
         schema_id: schema.schema_id(),
         schema: serde_json::to_value(schema.as_ref()).map_err(|e| ApiError::internal(&e))?,
     })
@@ -78,6 +80,22 @@ pub fn validate_poll_interval(ms: u64) -> Result<Duration, ApiError> {
         ));
     }
     Ok(poll)
+}
+
+/// Checks retention limits: every one given must be positive.
+pub fn validate_retention(r: Retention) -> Result<Retention, ApiError> {
+    let limits = [
+        ("max_age_ms", r.max_age_ms),
+        ("max_change_sets", r.max_change_sets),
+        ("hard_max_age_ms", r.hard_max_age_ms),
+    ];
+    if let Some((name, Some(value))) = limits.into_iter().find(|(_, v)| v.is_some_and(|v| v <= 0)) {
+        return Err(ApiError::bad_request(
+            "invalid_retention",
+            format!("retention.{name} must be positive (or left out for no limit); got {value}"),
+        ));
+    }
+    Ok(r)
 }
 
 /// The given identifier columns, checked against the current schema, or the table's

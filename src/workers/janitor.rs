@@ -1,0 +1,61 @@
+//! The janitor: prunes change sets past their tables' retention and deletes the segments
+//! of pruned change sets once their grace period has passed.
+//!
+//! Every node runs one without a lease: pruning a table locks its row, so concurrent
+//! passes serialize and the second finds nothing left to prune, and deleting objects
+//! that are already gone is harmless.
+
+use rand::Rng;
+use tokio_util::sync::CancellationToken;
+
+use crate::changes::ChangeStore;
+use crate::config::RetentionSettings;
+use crate::store::{Store, StoreError};
+
+/// Garbage entries deleted per pass.
+const GARBAGE_PER_PASS: i64 = 256;
+
+/// Prunes and deletes on a timer.
+#[derive(Clone)]
+pub struct Janitor {
+    pub store: Store,
+    pub changes: ChangeStore,
+    pub settings: RetentionSettings,
+}
+
+impl Janitor {
+    /// Runs passes every `settings.interval` (with jitter) until `stop` is cancelled.
+    pub async fn run(self, stop: CancellationToken) {
+        loop {
+            let jitter = rand::rng().random_range(0.8..1.2);
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(self.settings.interval.mul_f64(jitter)) => {}
+            }
+            if let Err(e) = self.run_once().await {
+                tracing::warn!(error = %e, "retention pass failed");
+            }
+        }
+    }
+
+    /// One pass: prune what is past retention, then delete due garbage.
+    pub async fn run_once(&self) -> Result<(), StoreError> {
+        for pruned in self.store.prune(self.settings.grace).await? {
+            tracing::info!(
+                table = %pruned.table, through = pruned.through, change_sets = pruned.change_sets,
+                "pruned change sets past retention"
+            );
+            metrics::counter!("icefeed_change_sets_pruned_total")
+                .increment(pruned.change_sets as u64);
+        }
+        let due = self.store.due_garbage(GARBAGE_PER_PASS).await?;
+        let mut deleted = Vec::with_capacity(due.len());
+        for (id, prefix) in due {
+            match self.changes.delete_prefix(&prefix).await {
+                Ok(_) => deleted.push(id),
+                Err(e) => tracing::warn!(%prefix, error = %e, "could not delete pruned segments"),
+            }
+        }
+        self.store.forget_garbage(&deleted).await
+    }
+}
