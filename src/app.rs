@@ -13,7 +13,7 @@ use crate::api::{self, AppState};
 use crate::catalog::CatalogCache;
 use crate::changes::{ChangeStore, SegmentReader};
 use crate::config::Settings;
-use crate::delivery::Feed;
+use crate::delivery::{ChangeNotifier, Feed};
 use crate::store::Store;
 use crate::workers::Scheduler;
 use crate::workers::tasks::{TaskContext, TaskRunner};
@@ -49,10 +49,12 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
     let changes = ChangeStore::open(&settings.change_store, &settings.change_store_options)?;
     let node = settings.node_name();
     let wake = Arc::new(Notify::new());
+    let notifier = ChangeNotifier::new(stop.clone());
     let state = AppState {
         store: store.clone(),
         changes: changes.clone(),
         feed: Feed::new(store.clone(), SegmentReader::new(changes.clone())),
+        notifier: notifier.clone(),
         settings: settings.clone(),
         metrics: crate::telemetry::metrics(),
         scheduler_wake: wake.clone(),
@@ -75,6 +77,7 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
         node: node.clone(),
     };
     let mut background = tokio::task::JoinSet::new();
+    background.spawn(notifier.run(store.pool().clone()));
     for _ in 0..settings.scheduler.task_workers {
         background.spawn(runner.clone().run(stop.clone()));
     }

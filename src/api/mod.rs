@@ -23,7 +23,7 @@ use utoipa_axum::routes;
 
 use crate::changes::ChangeStore;
 use crate::config::Settings;
-use crate::delivery::Feed;
+use crate::delivery::{ChangeNotifier, Feed};
 use crate::store::Store;
 use error::ApiError;
 
@@ -36,6 +36,8 @@ pub struct AppState {
     pub changes: ChangeStore,
     /// Reads pages of feeds.
     pub feed: Feed,
+    /// Wakes long polls and streams when change sets are published.
+    pub notifier: ChangeNotifier,
     /// The node's settings.
     pub settings: Arc<Settings>,
     /// Renders `/metrics`.
