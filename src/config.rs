@@ -67,6 +67,9 @@ pub struct ApiSettings {
     /// How long a graceful shutdown waits for in-flight requests.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    /// The longest `wait` a long poll may ask for.
+    #[serde(with = "humantime_serde")]
+    pub max_wait: Duration,
 }
 
 impl Default for Settings {
@@ -105,6 +108,7 @@ impl Default for ApiSettings {
             default_limit: 1000,
             max_limit: 10_000,
             shutdown_grace: Duration::from_secs(10),
+            max_wait: Duration::from_secs(60),
         }
     }
 }

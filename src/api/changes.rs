@@ -1,6 +1,8 @@
 //! `/v1/tables/{id}/changes`: pages of change events as JSON or NDJSON, and the schemas
 //! the events were read with.
 
+use std::time::Duration;
+
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -14,6 +16,7 @@ use super::tables::load;
 use crate::changes::Position;
 use crate::changes::json::{JsonOptions, LongMode};
 use crate::delivery::Framing;
+use crate::store::SourceTable;
 
 const TAG: &str = "changes";
 const NDJSON: &str = "application/x-ndjson";
@@ -44,6 +47,10 @@ pub struct PageQuery {
     pub limit: Option<u32>,
     /// How longs beyond ±2^53 are written: `auto` (default) or `number`.
     pub longs: Option<Longs>,
+    /// Seconds to wait for events when none are available (a long poll): the answer
+    /// comes as soon as events are published, or as an empty page with the same cursor
+    /// when the wait ends. 0 (default) answers at once; at most `api.max_wait` (60 s).
+    pub wait: Option<i64>,
 }
 
 /// One change event (the canonical form; fields are added, never renamed).
@@ -102,7 +109,7 @@ pub struct ChangePage {
             ("Icefeed-Next-Cursor" = String, description = "Cursor for the next page"),
             ("Icefeed-More" = bool, description = "Whether more events are available now"),
         )),
-        (status = 400, description = "Malformed or foreign cursor, or limit out of range", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Malformed or foreign cursor, limit or wait out of range", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such table", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -113,33 +120,23 @@ pub async fn get_changes(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let table = load(&state, &id).await?;
-    let max = state.settings.api.max_limit;
-    let limit = query.limit.unwrap_or(state.settings.api.default_limit);
-    if limit == 0 || limit > max {
-        return Err(ApiError::bad_request(
-            "limit_out_of_range",
-            format!("limit must be between 1 and {max}; got {limit}"),
-        )
-        .with("max_limit", max));
-    }
-    let after = match query.after.as_deref() {
-        None | Some("") => Position::START,
-        Some(cursor) => Position::from_cursor(cursor, table.id)?,
-    };
-    let options = JsonOptions {
-        longs: match query.longs.unwrap_or_default() {
-            Longs::Auto => LongMode::Auto,
-            Longs::Number => LongMode::Number,
-        },
-    };
+    let limit = page_limit(&state, query.limit)?;
+    let wait = long_poll_wait(&state, query.wait)?;
+    let after = start_position(&table, query.after.as_deref())?;
+    let options = json_options(query.longs);
     let framing = if wants_ndjson(&headers) {
         Framing::Ndjson
     } else {
         Framing::JsonArray
     };
     let page = state
-        .feed
-        .page(&table, after, limit as usize, &options, framing)
+        .notifier
+        .long_poll(
+            [table.id],
+            wait,
+            || state.feed.page(&table, after, limit, &options, framing),
+            |page| page.count == 0,
+        )
         .await?;
     let next = page.next.to_cursor(table.id);
     let mut response = match framing {
@@ -176,6 +173,53 @@ pub async fn get_changes(
         HeaderValue::from_static(if page.more { "true" } else { "false" }),
     );
     Ok(response)
+}
+
+/// The page size a request asks for, within the configured bounds.
+pub(crate) fn page_limit(state: &AppState, limit: Option<u32>) -> Result<usize, ApiError> {
+    let max = state.settings.api.max_limit;
+    let limit = limit.unwrap_or(state.settings.api.default_limit);
+    if limit == 0 || limit > max {
+        return Err(ApiError::bad_request(
+            "limit_out_of_range",
+            format!("limit must be between 1 and {max}; got {limit}"),
+        )
+        .with("max_limit", max));
+    }
+    Ok(limit as usize)
+}
+
+/// How long a long poll may wait, within the configured bound.
+fn long_poll_wait(state: &AppState, wait: Option<i64>) -> Result<Duration, ApiError> {
+    let max = state.settings.api.max_wait.as_secs();
+    match wait.unwrap_or(0) {
+        wait @ 0.. if wait as u64 <= max => Ok(Duration::from_secs(wait as u64)),
+        wait => Err(ApiError::bad_request(
+            "wait_out_of_range",
+            format!("wait must be between 0 and {max} seconds; got {wait}"),
+        )
+        .with("max_wait", max)),
+    }
+}
+
+/// The position a cursor names; none or empty is the start of the feed.
+pub(crate) fn start_position(
+    table: &SourceTable,
+    cursor: Option<&str>,
+) -> Result<Position, ApiError> {
+    match cursor {
+        None | Some("") => Ok(Position::START),
+        Some(cursor) => Ok(Position::from_cursor(cursor, table.id)?),
+    }
+}
+
+pub(crate) fn json_options(longs: Option<Longs>) -> JsonOptions {
+    JsonOptions {
+        longs: match longs.unwrap_or_default() {
+            Longs::Auto => LongMode::Auto,
+            Longs::Number => LongMode::Number,
+        },
+    }
 }
 
 fn wants_ndjson(headers: &HeaderMap) -> bool {
