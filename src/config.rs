@@ -70,6 +70,12 @@ pub struct ApiSettings {
     /// The longest `wait` a long poll may ask for.
     #[serde(with = "humantime_serde")]
     pub max_wait: Duration,
+    /// Idle time after which an event stream sends a heartbeat comment.
+    #[serde(with = "humantime_serde")]
+    pub stream_heartbeat: Duration,
+    /// The reconnection delay an event stream advises its clients (`retry:`).
+    #[serde(with = "humantime_serde")]
+    pub stream_retry: Duration,
 }
 
 impl Default for Settings {
@@ -109,6 +115,8 @@ impl Default for ApiSettings {
             max_limit: 10_000,
             shutdown_grace: Duration::from_secs(10),
             max_wait: Duration::from_secs(60),
+            stream_heartbeat: Duration::from_secs(15),
+            stream_retry: Duration::from_secs(3),
         }
     }
 }
@@ -184,6 +192,11 @@ impl Settings {
         if self.api.default_limit == 0 || self.api.default_limit > self.api.max_limit {
             return Err(ConfigError::Invalid(
                 "api.default_limit must be between 1 and api.max_limit".into(),
+            ));
+        }
+        if self.api.stream_heartbeat.is_zero() {
+            return Err(ConfigError::Invalid(
+                "api.stream_heartbeat must be positive".into(),
             ));
         }
         Ok(())

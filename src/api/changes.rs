@@ -162,6 +162,7 @@ pub async fn get_changes(
             )
                 .into_response()
         }
+        Framing::Sse => unreachable!("pages are JSON or NDJSON; streams are in api::stream"),
     };
     let headers = response.headers_mut();
     headers.insert(

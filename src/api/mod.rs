@@ -4,6 +4,7 @@ pub mod changes;
 pub mod error;
 pub mod extract;
 pub mod health;
+pub mod stream;
 pub mod tables;
 
 use std::sync::Arc;
@@ -58,7 +59,8 @@ impl AppState {
     info(
         title = "icefeed",
         description = "Change feeds of Apache Iceberg tables: register tables, then pull their \
-                       inserts, updates and deletes as pages of JSON or NDJSON events.",
+                       inserts, updates and deletes as pages of JSON or NDJSON events (long polls \
+                       with `wait`), or follow them as server-sent events.",
         license(name = "Apache-2.0", identifier = "Apache-2.0")
     ),
     tags(
@@ -79,6 +81,7 @@ fn routes() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(tables::retry_table))
         .routes(routes!(changes::get_changes))
+        .routes(routes!(stream::stream_changes))
         .routes(routes!(changes::get_schema))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))

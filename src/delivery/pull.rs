@@ -28,6 +28,8 @@ pub enum Framing {
     JsonArray,
     /// `{...}\n{...}\n`: newline-delimited JSON.
     Ndjson,
+    /// Server-sent events: `id: <position>\nevent: change\ndata: {...}\n\n`.
+    Sse,
 }
 
 /// A page of events.
@@ -320,8 +322,14 @@ impl EventWriter<'_> {
             page.body.push(b',');
         }
         let out = &mut page.body;
+        let cursor = position.to_cursor(self.table);
+        if self.framing == Framing::Sse {
+            out.extend_from_slice(b"id: ");
+            out.extend_from_slice(cursor.as_bytes());
+            out.extend_from_slice(b"\nevent: change\ndata: ");
+        }
         out.extend_from_slice(b"{\"position\":\"");
-        out.extend_from_slice(position.to_cursor(self.table).as_bytes());
+        out.extend_from_slice(cursor.as_bytes());
         out.extend_from_slice(b"\",\"op\":\"");
         out.extend_from_slice(op.as_str().as_bytes());
         out.extend_from_slice(b"\",\"table\":");
@@ -339,8 +347,11 @@ impl EventWriter<'_> {
             rows.write_row(row, out);
         }
         out.extend_from_slice(&self.meta.tail);
-        if self.framing == Framing::Ndjson {
-            out.push(b'\n');
+        match self.framing {
+            Framing::JsonArray => {}
+            Framing::Ndjson => out.push(b'\n'),
+            // The event is one line of JSON: strings escape their newlines.
+            Framing::Sse => out.extend_from_slice(b"\n\n"),
         }
         page.count += 1;
         page.next = position;
