@@ -89,7 +89,18 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
     let task = tokio::spawn(async move {
         let server =
             axum::serve(listener, app).with_graceful_shutdown(task_stop.clone().cancelled_owned());
-        let served = server.await.context("HTTP server");
+        // Streams end when `stop` is cancelled, but one whose client stopped reading is
+        // never polled again to notice: such connections are dropped after the grace.
+        let served = tokio::select! {
+            served = server.into_future() => served.context("HTTP server"),
+            _ = async {
+                task_stop.cancelled().await;
+                tokio::time::sleep(grace).await;
+            } => {
+                tracing::warn!("connections still open after the grace period; no longer waiting for them");
+                Ok(())
+            }
+        };
         // Stop polling; in-flight syncs abandon between files and release their leases.
         task_stop.cancel();
         if tokio::time::timeout(grace, background.join_all())
