@@ -8,4 +8,5 @@ mod nodes;
 mod openapi;
 mod oracle;
 mod pyiceberg;
+mod stream;
 mod support;
