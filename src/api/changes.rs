@@ -50,6 +50,7 @@ pub struct PageQuery {
     /// Seconds to wait for events when none are available (a long poll): the answer
     /// comes as soon as events are published, or as an empty page with the same cursor
     /// when the wait ends. 0 (default) answers at once; at most `api.max_wait` (60 s).
+    #[param(minimum = 0)]
     pub wait: Option<i64>,
 }
 
