@@ -161,8 +161,8 @@ impl ChangeNotifier {
                         tracing::warn!(payload = notification.payload(), "unexpected notification")
                     }
                 },
-                // The listener would reconnect by itself, but then we could not tell
-                // when to wake everyone; a fresh one is built instead.
+                // The listener could reconnect by itself, but then we could not tell
+                // when to wake everyone; `run` builds a fresh one instead.
                 Ok(None) => return "connection closed".into(),
                 Err(e) => return e.to_string(),
             }
@@ -172,6 +172,8 @@ impl ChangeNotifier {
 
 async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
     let mut listener = PgListener::connect_with(pool).await?;
+    // `run` builds a fresh listener after a loss; this one must not reconnect first.
+    listener.eager_reconnect(false);
     listener.listen(CHANGES_CHANNEL).await?;
     Ok(listener)
 }
