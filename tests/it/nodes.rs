@@ -56,6 +56,13 @@ pub(crate) fn spawn_node_with(
     }
 }
 
+impl Process {
+    /// The process id.
+    pub(crate) fn child_id(&self) -> u32 {
+        self.child.id()
+    }
+}
+
 pub(crate) async fn wait_ready(http: &reqwest::Client, p: &Process) {
     wait_until(Duration::from_secs(30), || async {
         let r = http.get(format!("{}/readyz", p.base)).send().await.ok()?;

@@ -379,3 +379,89 @@ async fn curl_follows_the_binary_s_stream_until_sigterm() {
         .unwrap();
     assert!(exit.success(), "the stream ended cleanly: {exit}");
 }
+
+/// The value of a counter or gauge on a node's `/metrics`.
+async fn metric(http: &reqwest::Client, base: &str, name: &str) -> f64 {
+    let text = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn a_stalled_client_holds_back_its_stream_and_does_not_hold_up_sigterm() {
+    const ROWS: i64 = 200_000;
+    let wh = Warehouse::new().await;
+    let t = wh.create("shop.orders", orders_schema(), None).await;
+    let t = wh.append(&t, &[orders(1..=ROWS)]).await;
+    let db = fresh_database().await;
+    let store = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::new();
+    let process = spawn_node_with(
+        &db,
+        store.path(),
+        "node-stalled",
+        &[("ICEFEED_API__SHUTDOWN_GRACE", "2s")],
+    );
+    wait_ready(&http, &process).await;
+    let node = Node::remote(process.base.clone());
+    let id = node
+        .register(&wh.registration("shop.orders", json!({})))
+        .await;
+    node.wait_for_checkpoint(&id, head(&t)).await;
+
+    // A client that never reads the body: the server stops reading pages for it.
+    let stalled = http
+        .get(node.url(&format!("/v1/tables/{id}/changes/stream?limit=1000")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stalled.status(), 200);
+    let streamed = "icefeed_delivery_events_streamed_total";
+    // Wait until the server stops handing events to the socket.
+    let (mut sent, started) = (-1.0, Instant::now());
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = metric(&http, &process.base, streamed).await;
+        if now > 0.0 && now == sent {
+            break;
+        }
+        assert!(started.elapsed() < SOON, "still streaming: {now}");
+        sent = now;
+    }
+    let pid = process.child_id();
+    let rss = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS"))
+                .map(str::to_string)
+        });
+    eprintln!("stalled client: {sent} of {ROWS} events handed to the socket; server {rss:?}");
+    assert!(
+        sent < (ROWS / 2) as f64,
+        "{sent} events read for a client that reads nothing"
+    );
+    assert_eq!(
+        metric(&http, &process.base, "icefeed_delivery_open_streams").await,
+        1.0
+    );
+
+    let started = Instant::now();
+    let (status, log) = terminate(process);
+    let stopped = started.elapsed();
+    eprintln!("SIGTERM with a stalled stream: exited after {stopped:?}");
+    assert!(status.success(), "{log}");
+    assert!(
+        stopped < Duration::from_secs(8),
+        "SIGTERM waited {stopped:?} for a stalled stream (grace 2 s)\n{log}"
+    );
+    drop(stalled);
+}
