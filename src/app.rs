@@ -90,7 +90,7 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
         let server =
             axum::serve(listener, app).with_graceful_shutdown(task_stop.clone().cancelled_owned());
         // Streams end when `stop` is cancelled, but one whose client stopped reading is
-        // never polled again to notice: such connections are dropped after the grace.
+        // never polled again to notice: shutdown stops waiting for it after the grace.
         let served = tokio::select! {
             served = server.into_future() => served.context("HTTP server"),
             _ = async {

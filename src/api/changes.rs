@@ -215,6 +215,7 @@ pub(crate) fn start_position(
     }
 }
 
+/// Encoding options of a request.
 pub(crate) fn json_options(longs: Option<Longs>) -> JsonOptions {
     JsonOptions {
         longs: match longs.unwrap_or_default() {

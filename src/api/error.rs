@@ -80,7 +80,7 @@ impl ApiError {
         self.code
     }
 
-    /// The problem document (for answers that are not a whole response, e.g. a stream's last event).
+    /// The problem document, for errors sent inside a response (a stream's `error` event).
     pub fn into_problem(self) -> Problem {
         Problem {
             type_uri: format!("urn:icefeed:problem:{}", self.code),
