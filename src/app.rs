@@ -13,7 +13,7 @@ use crate::api::{self, AppState};
 use crate::catalog::CatalogCache;
 use crate::changes::{ChangeStore, SegmentReader};
 use crate::config::Settings;
-use crate::delivery::Feed;
+use crate::delivery::{ChangeNotifier, Feed};
 use crate::store::Store;
 use crate::workers::tasks::{TaskContext, TaskRunner};
 use crate::workers::{Janitor, Scheduler};
@@ -49,10 +49,12 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
     let changes = ChangeStore::open(&settings.change_store, &settings.change_store_options)?;
     let node = settings.node_name();
     let wake = Arc::new(Notify::new());
+    let notifier = ChangeNotifier::new(stop.clone());
     let state = AppState {
         store: store.clone(),
         changes: changes.clone(),
         feed: Feed::new(store.clone(), SegmentReader::new(changes.clone())),
+        notifier: notifier.clone(),
         settings: settings.clone(),
         metrics: crate::telemetry::metrics(),
         scheduler_wake: wake.clone(),
@@ -75,6 +77,7 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
         node: node.clone(),
     };
     let mut background = tokio::task::JoinSet::new();
+    background.spawn(notifier.run(store.pool().clone()));
     for _ in 0..settings.scheduler.task_workers {
         background.spawn(runner.clone().run(stop.clone()));
     }
@@ -92,7 +95,18 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
     let task = tokio::spawn(async move {
         let server =
             axum::serve(listener, app).with_graceful_shutdown(task_stop.clone().cancelled_owned());
-        let served = server.await.context("HTTP server");
+        // Streams end when `stop` is cancelled, but one whose client stopped reading is
+        // never polled again to notice: shutdown stops waiting for it after the grace.
+        let served = tokio::select! {
+            served = server.into_future() => served.context("HTTP server"),
+            _ = async {
+                task_stop.cancelled().await;
+                tokio::time::sleep(grace).await;
+            } => {
+                tracing::warn!("connections still open after the grace period; no longer waiting for them");
+                Ok(())
+            }
+        };
         // Stop polling; in-flight syncs abandon between files and release their leases.
         task_stop.cancel();
         if tokio::time::timeout(grace, background.join_all())

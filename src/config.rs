@@ -91,6 +91,15 @@ pub struct ApiSettings {
     /// How long a graceful shutdown waits for in-flight requests.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    /// The longest `wait` a long poll may ask for.
+    #[serde(with = "humantime_serde")]
+    pub max_wait: Duration,
+    /// Idle time after which an event stream sends a heartbeat comment.
+    #[serde(with = "humantime_serde")]
+    pub stream_heartbeat: Duration,
+    /// The reconnection delay an event stream advises its clients (`retry:`).
+    #[serde(with = "humantime_serde")]
+    pub stream_retry: Duration,
 }
 
 impl Default for Settings {
@@ -130,6 +139,9 @@ impl Default for ApiSettings {
             default_limit: 1000,
             max_limit: 10_000,
             shutdown_grace: Duration::from_secs(10),
+            max_wait: Duration::from_secs(60),
+            stream_heartbeat: Duration::from_secs(15),
+            stream_retry: Duration::from_secs(3),
         }
     }
 }
@@ -206,6 +218,11 @@ impl Settings {
         if self.api.default_limit == 0 || self.api.default_limit > self.api.max_limit {
             return Err(ConfigError::Invalid(
                 "api.default_limit must be between 1 and api.max_limit".into(),
+            ));
+        }
+        if self.api.stream_heartbeat.is_zero() {
+            return Err(ConfigError::Invalid(
+                "api.stream_heartbeat must be positive".into(),
             ));
         }
         Ok(())

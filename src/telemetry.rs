@@ -59,4 +59,12 @@ fn describe() {
         "icefeed_table_seconds_behind",
         "Age of the oldest unpublished snapshot"
     );
+    describe_gauge!(
+        crate::delivery::stream::OPEN_STREAMS,
+        "Server-sent event streams open on this node"
+    );
+    describe_counter!(
+        crate::delivery::stream::EVENTS_STREAMED,
+        "Change events sent over server-sent event streams"
+    );
 }

@@ -10,11 +10,13 @@ use utoipa::{IntoParams, ToSchema};
 use super::AppState;
 use super::error::{ApiError, Problem};
 use super::extract::{Path, Query};
-use super::pages::{Format, Longs, PageSink, PageTail, feed_start, page_limit, position_expired};
+use super::pages::{
+    Format, Longs, PageSink, PageTail, feed_start, long_poll_wait, page_limit, position_expired,
+    selection,
+};
 use super::tables::load;
 use crate::changes::Position;
-use crate::delivery::selection::split_list;
-use crate::delivery::{PageRequest, Selection};
+use crate::delivery::PageRequest;
 use crate::store::{SourceTable, TableId};
 
 const TAG: &str = "changes";
@@ -38,27 +40,11 @@ pub struct PageQuery {
     pub columns: Option<String>,
     /// `json`, `ndjson` or `arrow`; overrides the `Accept` header.
     pub format: Option<Format>,
-}
-
-impl PageQuery {
-    /// The operations and columns asked for, checked against the table's columns.
-    pub async fn selection(
-        &self,
-        state: &AppState,
-        table: &SourceTable,
-    ) -> Result<Selection, ApiError> {
-        let ops = self.ops.as_deref().map(split_list);
-        let columns = self.columns.as_deref().map(split_list);
-        let available = match columns {
-            Some(_) => state.store.table_column_names(table.id).await?,
-            None => Default::default(),
-        };
-        Ok(Selection::new(
-            ops.as_deref(),
-            columns.as_deref(),
-            &available,
-        )?)
-    }
+    /// Seconds to wait for events when none are available (a long poll): the answer
+    /// comes as soon as events are published, or as an empty page with the same cursor
+    /// when the wait ends. 0 (default) answers at once; at most `api.max_wait` (60 s).
+    #[param(minimum = 0)]
+    pub wait: Option<i64>,
 }
 
 /// One change event (the canonical form; fields are added, never renamed).
@@ -123,7 +109,7 @@ pub struct ChangePage {
             ("Icefeed-More" = bool, description = "Whether more events are available now"),
             ("Icefeed-Count" = u64, description = "Events in the page"),
         )),
-        (status = 400, description = "Malformed or foreign cursor, limit out of range, unknown operation or column", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Malformed or foreign cursor, limit or wait out of range, unknown operation or column", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such table", body = Problem, content_type = "application/problem+json"),
         (status = 410, description = "The events after the cursor were removed by retention; `earliest` holds the oldest available cursor", body = Problem, content_type = "application/problem+json"),
     )
@@ -136,11 +122,15 @@ pub async fn get_changes(
 ) -> Result<Response, ApiError> {
     let table = load(&state, &id).await?;
     let limit = page_limit(&state, query.limit)?;
-    let after = match query.after.as_deref() {
-        None | Some("") => feed_start(&table),
-        Some(cursor) => Position::from_cursor(cursor, table.id)?,
-    };
-    let selection = query.selection(&state, &table).await?;
+    let wait = long_poll_wait(&state, query.wait)?;
+    let after = start_position(&table, query.after.as_deref())?;
+    let selection = selection(
+        &state,
+        &table,
+        query.ops.as_deref(),
+        query.columns.as_deref(),
+    )
+    .await?;
     let options = query.longs.unwrap_or_default().options();
     let format = Format::negotiate(query.format, &headers);
     let cursor = |t: TableId, p: Position| p.to_cursor(t);
@@ -149,19 +139,51 @@ pub async fn get_changes(
         limit,
         selection: &selection,
     };
-    let mut page = PageSink::new(format, &options, &cursor, limit);
-    let end = state.feed.read(&table, &request, page.sink()).await?;
-    // Checked after reading: retention only ever prunes a prefix, so if the position is
-    // still retained now, nothing after it went missing while the page was read.
-    let floor = state.store.floor(table.id).await?;
-    if floor.is_gone(after) {
-        return Err(position_expired(floor.earliest().to_cursor(table.id)));
-    }
+    let (page, end) = state
+        .notifier
+        .long_poll(
+            [table.id],
+            wait,
+            || async {
+                let mut page = PageSink::new(format, &options, &cursor, limit);
+                let end = state.feed.read(&table, &request, page.sink()).await?;
+                Ok::<_, ApiError>((page, end))
+            },
+            |(_, end)| end.count == 0 && !end.more,
+        )
+        .await?;
+    ensure_retained(&state, &table, after).await?;
     let tail = PageTail {
         next: end.next.to_cursor(table.id),
         more: end.more,
     };
     page.respond(&state, tail, &table, &selection).await
+}
+
+/// The position a cursor names; none or empty is the oldest retained event.
+pub(crate) fn start_position(
+    table: &SourceTable,
+    cursor: Option<&str>,
+) -> Result<Position, ApiError> {
+    match cursor {
+        None | Some("") => Ok(feed_start(table)),
+        Some(cursor) => Ok(Position::from_cursor(cursor, table.id)?),
+    }
+}
+
+/// Answers 410 when retention removed events after `after`. Checked after reading:
+/// retention only ever prunes a prefix, so if the position is still retained now, nothing
+/// after it went missing while the page was read.
+pub(crate) async fn ensure_retained(
+    state: &AppState,
+    table: &SourceTable,
+    after: Position,
+) -> Result<(), ApiError> {
+    let floor = state.store.floor(table.id).await?;
+    if floor.is_gone(after) {
+        return Err(position_expired(floor.earliest().to_cursor(table.id)));
+    }
+    Ok(())
 }
 
 /// Get an Iceberg schema that change events were read with.

@@ -79,11 +79,10 @@ impl ApiError {
     pub fn code(&self) -> &'static str {
         self.code
     }
-}
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let problem = Problem {
+    /// The problem document, for errors sent inside a response (a stream's `error` event).
+    pub fn into_problem(self) -> Problem {
+        Problem {
             type_uri: format!("urn:icefeed:problem:{}", self.code),
             title: self
                 .status
@@ -94,8 +93,14 @@ impl IntoResponse for ApiError {
             detail: self.detail,
             code: self.code.to_string(),
             extensions: self.extensions,
-        };
-        let mut response = (self.status, axum::Json(problem)).into_response();
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status;
+        let mut response = (status, axum::Json(self.into_problem())).into_response();
         response.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),

@@ -5,6 +5,7 @@ pub mod error;
 pub mod extract;
 pub mod health;
 pub mod pages;
+pub mod stream;
 pub mod subscriptions;
 pub mod tables;
 
@@ -25,7 +26,7 @@ use utoipa_axum::routes;
 
 use crate::changes::ChangeStore;
 use crate::config::Settings;
-use crate::delivery::Feed;
+use crate::delivery::{ChangeNotifier, Feed};
 use crate::store::Store;
 use error::ApiError;
 
@@ -38,6 +39,8 @@ pub struct AppState {
     pub changes: ChangeStore,
     /// Reads pages of feeds.
     pub feed: Feed,
+    /// Wakes long polls and streams when change sets are published.
+    pub notifier: ChangeNotifier,
     /// The node's settings.
     pub settings: Arc<Settings>,
     /// Renders `/metrics`.
@@ -58,8 +61,9 @@ impl AppState {
     info(
         title = "icefeed",
         description = "Change feeds of Apache Iceberg tables: register tables, then pull their \
-                       inserts, updates and deletes as pages of JSON, NDJSON or Arrow, \
-                       directly or through subscriptions that remember what was acknowledged.",
+                       inserts, updates and deletes as pages of JSON, NDJSON or Arrow (long \
+                       polls with `wait`) or as server-sent events, directly or through \
+                       subscriptions that remember what was acknowledged.",
         license(name = "Apache-2.0", identifier = "Apache-2.0")
     ),
     tags(
@@ -81,6 +85,7 @@ fn routes() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(tables::retry_table))
         .routes(routes!(changes::get_changes))
+        .routes(routes!(stream::stream_changes))
         .routes(routes!(changes::get_schema))
         .routes(routes!(
             subscriptions::create_subscription,

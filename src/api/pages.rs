@@ -1,6 +1,8 @@
 //! What every page endpoint shares: formats, limits and rendering a page in the format
 //! the client asked for.
 
+use std::time::Duration;
+
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -11,6 +13,7 @@ use super::error::ApiError;
 use crate::changes::Position;
 use crate::changes::json::{JsonOptions, LongMode};
 use crate::delivery::json_page::CursorFn;
+use crate::delivery::selection::split_list;
 use crate::delivery::{ArrowSink, EventSink, Framing, JsonSink, Selection, SelectionError};
 use crate::store::SourceTable;
 
@@ -96,6 +99,40 @@ pub fn page_limit(state: &AppState, limit: Option<u32>) -> Result<usize, ApiErro
     Ok(limit as usize)
 }
 
+/// How long a long poll may wait, within the configured bound.
+pub fn long_poll_wait(state: &AppState, wait: Option<i64>) -> Result<Duration, ApiError> {
+    let max = state.settings.api.max_wait.as_secs();
+    match wait.unwrap_or(0) {
+        wait @ 0.. if wait as u64 <= max => Ok(Duration::from_secs(wait as u64)),
+        wait => Err(ApiError::bad_request(
+            "wait_out_of_range",
+            format!("wait must be between 0 and {max} seconds; got {wait}"),
+        )
+        .with("max_wait", max)),
+    }
+}
+
+/// The operations and columns a request asks for (comma-separated lists), checked
+/// against every column the table's schemas had.
+pub async fn selection(
+    state: &AppState,
+    table: &SourceTable,
+    ops: Option<&str>,
+    columns: Option<&str>,
+) -> Result<Selection, ApiError> {
+    let ops = ops.map(split_list);
+    let columns = columns.map(split_list);
+    let available = match columns {
+        Some(_) => state.store.table_column_names(table.id).await?,
+        None => Default::default(),
+    };
+    Ok(Selection::new(
+        ops.as_deref(),
+        columns.as_deref(),
+        &available,
+    )?)
+}
+
 /// 410 `position_expired`: the events after the position were pruned by retention.
 /// `earliest` is the cursor of the earliest position still available.
 pub fn position_expired(earliest: String) -> ApiError {
@@ -128,7 +165,7 @@ pub struct PageTail {
 
 /// A page being assembled in the format the client asked for.
 pub enum PageSink<'a> {
-    Json(JsonSink<'a>, Framing),
+    Json(JsonSink<'a>, Format),
     Arrow(ArrowSink),
 }
 
@@ -140,15 +177,10 @@ impl<'a> PageSink<'a> {
         cursor: CursorFn<'a>,
         limit: usize,
     ) -> Self {
+        let json = |framing| Self::Json(JsonSink::new(framing, options, cursor, limit), format);
         match format {
-            Format::Json => Self::Json(
-                JsonSink::new(Framing::JsonArray, options, cursor, limit),
-                Framing::JsonArray,
-            ),
-            Format::Ndjson => Self::Json(
-                JsonSink::new(Framing::Ndjson, options, cursor, limit),
-                Framing::Ndjson,
-            ),
+            Format::Json => json(Framing::JsonArray),
+            Format::Ndjson => json(Framing::Ndjson),
             Format::Arrow => Self::Arrow(ArrowSink::new()),
         }
     }
@@ -171,14 +203,12 @@ impl<'a> PageSink<'a> {
         selection: &Selection,
     ) -> Result<Response, ApiError> {
         let (content_type, body, count) = match self {
-            Self::Json(sink, framing) => {
+            Self::Json(sink, format) => {
                 let count = sink.count();
                 let events = sink.into_body();
-                match framing {
-                    Framing::JsonArray => {
-                        ("application/json", json_envelope(&events, &tail), count)
-                    }
-                    Framing::Ndjson => (NDJSON, events, count),
+                match format {
+                    Format::Ndjson => (NDJSON, events, count),
+                    _ => ("application/json", json_envelope(&events, &tail), count),
                 }
             }
             Self::Arrow(sink) => {

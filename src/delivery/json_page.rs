@@ -17,6 +17,8 @@ pub enum Framing {
     JsonArray,
     /// `{...}\n{...}\n`: newline-delimited JSON.
     Ndjson,
+    /// Server-sent events: `id: <position>\nevent: change\ndata: {...}\n\n`.
+    Sse,
 }
 
 /// Turns an event's position in a table's feed into the cursor a consumer sees.
@@ -94,6 +96,11 @@ impl EventSink for JsonSink<'_> {
                 self.body.push(b',');
             }
             let out = &mut self.body;
+            if self.framing == Framing::Sse {
+                out.extend_from_slice(b"id: ");
+                out.extend_from_slice(cursor.as_bytes());
+                out.extend_from_slice(b"\nevent: change\ndata: ");
+            }
             out.extend_from_slice(b"{\"position\":\"");
             out.extend_from_slice(cursor.as_bytes());
             out.extend_from_slice(b"\",\"op\":\"");
@@ -115,8 +122,11 @@ impl EventSink for JsonSink<'_> {
                 }
             }
             out.extend_from_slice(&meta.tail);
-            if self.framing == Framing::Ndjson {
-                out.push(b'\n');
+            match self.framing {
+                Framing::JsonArray => {}
+                Framing::Ndjson => out.push(b'\n'),
+                // The event is one line of JSON: strings escape their newlines.
+                Framing::Sse => out.extend_from_slice(b"\n\n"),
             }
             self.count += 1;
         }

@@ -1,14 +1,19 @@
 //! Delivering change events to consumers: pages of JSON, NDJSON or Arrow, filtered by
-//! operation and projected to columns.
+//! operation and projected to columns; long polls and server-sent event streams woken by
+//! publish notifications.
 
 pub mod arrow_page;
 pub mod json_page;
+pub mod notify;
 pub mod pull;
 pub mod selection;
+pub mod stream;
 pub mod subscription;
 
 pub use arrow_page::ArrowSink;
 pub use json_page::{Framing, JsonSink};
+pub use notify::{ChangeNotifier, ChangeWaiter, Stopped};
 pub use pull::{EventSink, Feed, FeedError, Page, PageEnd, PageRequest};
 pub use selection::{OpSet, Selection, SelectionError};
+pub use stream::{StreamPage, StreamTiming, event_stream};
 pub use subscription::{Positions, SubscriptionPageEnd};

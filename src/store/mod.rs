@@ -12,7 +12,7 @@ use std::time::Duration;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
-pub use change_sets::{ChangeSetRecord, NewChangeSet, NewSegment, SegmentRecord};
+pub use change_sets::{CHANGES_CHANNEL, ChangeSetRecord, NewChangeSet, NewSegment, SegmentRecord};
 pub use leases::Lease;
 pub use retention::{Floor, Pruned, Retention};
 pub use subscriptions::{

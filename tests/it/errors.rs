@@ -235,6 +235,86 @@ async fn read_errors_are_problems() {
         "invalid_query",
     )
     .await;
+    for wait in ["-1", "61"] {
+        let p = expect_problem(
+            get(format!("/v1/tables/{a}/changes?wait={wait}"))
+                .await
+                .unwrap(),
+            400,
+            "wait_out_of_range",
+        )
+        .await;
+        assert_eq!(p["max_wait"], 60);
+    }
+    expect_problem(
+        get(format!("/v1/tables/{a}/changes?wait=soon"))
+            .await
+            .unwrap(),
+        400,
+        "invalid_query",
+    )
+    .await;
+
+    // A stream refuses a bad start before it starts.
+    let resume = |table: &str, id: reqwest::header::HeaderValue| {
+        node.http
+            .get(node.url(&format!("/v1/tables/{table}/changes/stream")))
+            .header("last-event-id", id)
+            .send()
+    };
+    let p = expect_problem(
+        resume(&b, cursor_of_a.parse().unwrap()).await.unwrap(),
+        400,
+        "foreign_cursor",
+    )
+    .await;
+    assert_eq!(p["cursor_table_id"], a.as_str());
+    expect_problem(
+        resume(&a, "not-a-cursor!".parse().unwrap()).await.unwrap(),
+        400,
+        "malformed_cursor",
+    )
+    .await;
+    expect_problem(
+        resume(
+            &a,
+            reqwest::header::HeaderValue::from_bytes(b"\xffcursor").unwrap(),
+        )
+        .await
+        .unwrap(),
+        400,
+        "malformed_cursor",
+    )
+    .await;
+    expect_problem(
+        get(format!(
+            "/v1/tables/{a}/changes/stream?after=CQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+        ))
+        .await
+        .unwrap(),
+        400,
+        "unsupported_cursor_version",
+    )
+    .await;
+    expect_problem(
+        get(format!("/v1/tables/{a}/changes/stream?limit=0"))
+            .await
+            .unwrap(),
+        400,
+        "limit_out_of_range",
+    )
+    .await;
+    expect_problem(
+        get(format!(
+            "/v1/tables/{}/changes/stream",
+            uuid::Uuid::new_v4()
+        ))
+        .await
+        .unwrap(),
+        404,
+        "table_not_found",
+    )
+    .await;
     expect_problem(
         get("/v1/tables/nope/changes".into()).await.unwrap(),
         400,

@@ -2,6 +2,7 @@
 //! start positions, and cursors that survive a restart.
 
 use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -258,4 +259,71 @@ fn count_files(dir: &std::path::Path) -> usize {
                 .sum()
         })
         .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn long_polls_answer_on_publish_or_with_the_same_cursor_when_the_wait_ends() {
+    let wh = Warehouse::new().await;
+    let t = wh.create("shop.orders", orders_schema(), None).await;
+    let t = wh.append(&t, &[orders(1..=2)]).await;
+    let (node, _store) = Node::start_fresh().await;
+    let id = node
+        .register(&wh.registration("shop.orders", json!({})))
+        .await;
+    node.wait_for_checkpoint(&id, head(&t)).await;
+    let (events, next) = node.all_events(&id, None, 100).await;
+    assert_eq!(ids(&events), vec![1, 2]);
+
+    // Events available now: no waiting.
+    let started = Instant::now();
+    let (_, page) = node.get(&format!("/v1/tables/{id}/changes?wait=30")).await;
+    assert_eq!(ids(page["events"].as_array().unwrap()), vec![1, 2]);
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    // Nothing is published: an empty page with the same cursor once the wait ends.
+    let started = Instant::now();
+    let (status, page) = node
+        .get(&format!("/v1/tables/{id}/changes?after={next}&wait=1"))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(page, json!({"events": [], "next": next, "more": false}));
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    let r = node
+        .http
+        .get(node.url(&format!("/v1/tables/{id}/changes?after={next}&wait=1")))
+        .header("accept", "application/x-ndjson")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["icefeed-next-cursor"], next.as_str());
+    assert_eq!(r.text().await.unwrap(), "");
+
+    // A publish during the wait answers at once, for JSON and NDJSON alike.
+    let started = Instant::now();
+    let ndjson = node
+        .http
+        .get(node.url(&format!("/v1/tables/{id}/changes?after={next}&wait=60")))
+        .header("accept", "application/x-ndjson")
+        .send();
+    let path = format!("/v1/tables/{id}/changes?after={next}&wait=60");
+    let json = node.get(&path);
+    let publish = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        wh.append(&t, &[orders(3..=4)]).await
+    };
+    let (ndjson, (_, page), _) = tokio::join!(ndjson, json, publish);
+    let elapsed = started.elapsed();
+    eprintln!("long poll answered {elapsed:?} after it started (publish after 300 ms)");
+    assert!(elapsed < Duration::from_secs(20), "{elapsed:?}");
+    assert_eq!(ids(page["events"].as_array().unwrap()), vec![3, 4]);
+    let lines: Vec<Value> = ndjson
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(&lines, page["events"].as_array().unwrap());
+    node.shutdown().await;
 }

@@ -9,5 +9,6 @@ mod openapi;
 mod oracle;
 mod pyiceberg;
 mod retention;
+mod stream;
 mod subscriptions;
 mod support;

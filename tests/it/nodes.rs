@@ -11,9 +11,9 @@ use sqlx::Connection;
 use crate::fixtures::{orders, orders_schema};
 use crate::support::{Warehouse, fresh_database, head, wait_until};
 
-struct Process {
+pub(crate) struct Process {
     child: Child,
-    base: String,
+    pub(crate) base: String,
 }
 
 fn free_port() -> u16 {
@@ -25,6 +25,16 @@ fn free_port() -> u16 {
 }
 
 fn spawn_node(db: &str, store: &std::path::Path, name: &str) -> Process {
+    spawn_node_with(db, store, name, &[])
+}
+
+/// Starts `icefeed serve` with extra environment variables (settings).
+pub(crate) fn spawn_node_with(
+    db: &str,
+    store: &std::path::Path,
+    name: &str,
+    env: &[(&str, &str)],
+) -> Process {
     let port = free_port();
     let child = Command::new(env!("CARGO_BIN_EXE_icefeed"))
         .arg("serve")
@@ -35,6 +45,7 @@ fn spawn_node(db: &str, store: &std::path::Path, name: &str) -> Process {
         .env("ICEFEED_SCHEDULER__TICK", "50ms")
         .env("ICEFEED_SCHEDULER__LEASE_TTL", "3s")
         .env("RUST_LOG", "info")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -45,7 +56,14 @@ fn spawn_node(db: &str, store: &std::path::Path, name: &str) -> Process {
     }
 }
 
-async fn wait_ready(http: &reqwest::Client, p: &Process) {
+impl Process {
+    /// The process id.
+    pub(crate) fn child_id(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+pub(crate) async fn wait_ready(http: &reqwest::Client, p: &Process) {
     wait_until(Duration::from_secs(30), || async {
         let r = http.get(format!("{}/readyz", p.base)).send().await.ok()?;
         r.status().is_success().then_some(())
@@ -54,7 +72,7 @@ async fn wait_ready(http: &reqwest::Client, p: &Process) {
 }
 
 /// Sends SIGTERM and returns the exit status and everything the process logged.
-fn terminate(mut p: Process) -> (std::process::ExitStatus, String) {
+pub(crate) fn terminate(mut p: Process) -> (std::process::ExitStatus, String) {
     let pid = p.child.id().to_string();
     assert!(
         Command::new("kill")
