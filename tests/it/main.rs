@@ -8,5 +8,6 @@ mod nodes;
 mod openapi;
 mod oracle;
 mod pyiceberg;
+mod sdk;
 mod subscriptions;
 mod support;
