@@ -53,8 +53,12 @@ def problem(response, models, what):
 
 def main():
     document, base_url, table_id = sys.argv[1:4]
-    work = tempfile.mkdtemp(prefix="icefeed-sdk-")
-    seconds = generate(os.path.abspath(document), work)
+    with tempfile.TemporaryDirectory(prefix="icefeed-sdk-") as work:
+        run(os.path.abspath(document), base_url, table_id, work)
+
+
+def run(document, base_url, table_id, work):
+    seconds = generate(document, work)
     sys.path.insert(0, work)
     client_mod = importlib.import_module(PACKAGE)
     models = importlib.import_module(f"{PACKAGE}.models")
