@@ -69,8 +69,8 @@ log "installing $REQ"
     --upgrade pip >&2
 "$PY" -m pip install --disable-pip-version-check --no-input --progress-bar off -q \
     -r "$REQ" >&2
-"$PY" -c 'import pyiceberg, pyarrow; from pyiceberg.catalog.sql import SqlCatalog' \
-    || die "the venv at $VENV cannot import pyiceberg/pyarrow after install"
+"$PY" -c 'import pyiceberg, pyarrow, openapi_python_client; from pyiceberg.catalog.sql import SqlCatalog' \
+    || die "the venv at $VENV cannot import pyiceberg/pyarrow/openapi_python_client after install"
 echo "$want" >"$STAMP"
 log "ready in $((SECONDS - start)) s: $("$PY" -c 'import pyiceberg, pyarrow; print("pyiceberg", pyiceberg.__version__, "pyarrow", pyarrow.__version__)')"
 

@@ -11,8 +11,8 @@ use super::AppState;
 use super::error::{ApiError, Problem};
 use super::extract::{Path, Query};
 use super::pages::{
-    Format, Longs, PageSink, PageTail, feed_start, long_poll_wait, page_limit, position_expired,
-    selection,
+    ArrowStream, Format, Longs, PageSink, PageTail, feed_start, long_poll_wait, page_limit,
+    position_expired, selection,
 };
 use super::tables::load;
 use crate::changes::Position;
@@ -53,6 +53,7 @@ pub struct ChangeEvent {
     /// Cursor of this event.
     pub position: String,
     /// `insert`, `update` or `delete`.
+    #[schema(value_type = super::pages::Operation)]
     pub op: String,
     /// The Iceberg table, `namespace.table`.
     pub table: String,
@@ -70,6 +71,7 @@ pub struct ChangeEvent {
     /// Its sequence number.
     pub sequence_number: i64,
     /// When it was committed (RFC 3339, UTC, milliseconds).
+    #[schema(format = DateTime)]
     pub committed_at: String,
     /// The Iceberg schema the rows are read with (`GET /v1/tables/{id}/schemas/{schema_id}`).
     pub schema_id: i32,
@@ -102,7 +104,7 @@ pub struct ChangePage {
         (status = 200, description = "A page of events", content(
             (ChangePage = "application/json"),
             (ChangeEvent = "application/x-ndjson"),
-            (Vec<u8> = "application/vnd.apache.arrow.stream"),
+            (ArrowStream = "application/vnd.apache.arrow.stream"),
         ),
         headers(
             ("Icefeed-Next-Cursor" = String, description = "Cursor for the next page"),
@@ -192,6 +194,7 @@ pub(crate) async fn ensure_retained(
     params(("id" = String, Path, description = "Table id"), ("schema_id" = i32, Path, description = "Schema id of an event")),
     responses(
         (status = 200, description = "The Iceberg schema as JSON (Iceberg table-metadata form)", body = Object),
+        (status = 400, description = "Not a table id or schema id", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such table or schema", body = Problem, content_type = "application/problem+json"),
     )
 )]

@@ -71,7 +71,9 @@ impl AppState {
         (name = "changes", description = "Reading change events"),
         (name = "subscriptions", description = "Named consumers with committed positions"),
         (name = "operations", description = "Health, readiness and metrics"),
-    )
+    ),
+    // Query parameter types: utoipa refers to them but collects only body schemas.
+    components(schemas(pages::Longs, pages::Format))
 )]
 struct ApiDoc;
 

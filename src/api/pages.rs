@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::AppState;
@@ -27,6 +27,27 @@ pub const NEXT_CURSOR_HEADER: &str = "icefeed-next-cursor";
 pub const MORE_HEADER: &str = "icefeed-more";
 /// Response header carrying the number of events in the page.
 pub const COUNT_HEADER: &str = "icefeed-count";
+
+/// The body of an Arrow page: an Arrow IPC stream (`pyarrow.ipc.open_stream`,
+/// `polars.read_ipc_stream`).
+// Only describes the page in the OpenAPI document; pages are written by `ArrowSink`.
+#[derive(ToSchema)]
+#[schema(value_type = String, format = Binary)]
+pub struct ArrowStream(pub Vec<u8>);
+
+/// The operation a change event records.
+// Only describes events and filters in the OpenAPI document; the feed writes and parses
+// the names itself (`delivery::selection`), so fields typed `String` keep their behaviour.
+#[derive(Clone, Copy, Debug, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Operation {
+    /// A row was added.
+    Insert,
+    /// A row with the same key changed.
+    Update,
+    /// A row was removed.
+    Delete,
+}
 
 /// How 64-bit integers beyond ±2^53 are written.
 #[derive(Clone, Copy, Debug, Default, Deserialize, ToSchema)]

@@ -26,6 +26,7 @@ pub const CATALOG_TYPES: &[&str] = &["sql", "rest", "filesystem"];
 pub enum CatalogConfig {
     /// A SQL (JDBC-compatible) catalog: `iceberg_tables` in SQLite or PostgreSQL, as written
     /// by Java's JdbcCatalog, pyiceberg's SqlCatalog and iceberg-rust.
+    #[schema(title = "SqlCatalog")]
     Sql {
         /// Database URL, e.g. `sqlite:/data/catalog.db` or `postgres://user:pw@host/db`.
         uri: String,
@@ -36,9 +37,11 @@ pub enum CatalogConfig {
         name: String,
         /// Extra catalog and file IO properties.
         #[serde(default)]
+        #[schema(value_type = CatalogProperties)]
         properties: BTreeMap<String, String>,
     },
     /// An Iceberg REST catalog.
+    #[schema(title = "RestCatalog")]
     Rest {
         /// Base URL of the catalog, e.g. `http://localhost:8181`.
         uri: String,
@@ -47,10 +50,12 @@ pub enum CatalogConfig {
         warehouse: Option<String>,
         /// Extra properties (`credential`, `token`, `scope`, file IO settings, …).
         #[serde(default)]
+        #[schema(value_type = CatalogProperties)]
         properties: BTreeMap<String, String>,
     },
     /// Tables in a directory without a catalog service: a Hadoop-style warehouse
     /// (`<warehouse>/<namespace>/<table>/metadata/vN.metadata.json`) or one metadata file.
+    #[schema(title = "FilesystemCatalog")]
     Filesystem {
         /// Warehouse directory; the table is found below it by its identifier.
         #[serde(default)]
@@ -60,9 +65,17 @@ pub enum CatalogConfig {
         metadata_location: Option<String>,
         /// Extra file IO properties.
         #[serde(default)]
+        #[schema(value_type = CatalogProperties)]
         properties: BTreeMap<String, String>,
     },
 }
+
+/// Extra string properties of a catalog connection.
+// Only describes them in the OpenAPI document: a named schema keeps SDK generators
+// (openapi-python-client) from generating a model nested in a union twice.
+#[derive(ToSchema)]
+#[schema(value_type = BTreeMap<String, String>)]
+pub struct CatalogProperties(pub BTreeMap<String, String>);
 
 fn default_catalog_name() -> String {
     "default".into()

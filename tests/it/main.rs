@@ -9,6 +9,7 @@ mod openapi;
 mod oracle;
 mod pyiceberg;
 mod retention;
+mod sdk;
 mod stream;
 mod subscriptions;
 mod support;

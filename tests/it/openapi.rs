@@ -59,3 +59,64 @@ async fn the_service_serves_the_document() {
     assert_eq!(served, icefeed::api::openapi_json());
     node.shutdown().await;
 }
+
+/// Every `$ref` in `value`, with where it was found.
+fn refs<'a>(value: &'a serde_json::Value, at: &str, out: &mut Vec<(String, &'a str)>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (k, v) in map {
+                match (k.as_str(), v.as_str()) {
+                    ("$ref", Some(target)) => out.push((at.to_string(), target)),
+                    _ => refs(v, &format!("{at}/{k}"), out),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                refs(v, &format!("{at}/{i}"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn every_reference_resolves() {
+    let doc: serde_json::Value = serde_json::from_str(&icefeed::api::openapi_json()).unwrap();
+    let mut found = Vec::new();
+    refs(&doc, "", &mut found);
+    assert!(!found.is_empty());
+    for (at, target) in found {
+        let pointer = target
+            .strip_prefix('#')
+            .unwrap_or_else(|| panic!("{at}: external reference {target}"));
+        assert!(
+            doc.pointer(pointer).is_some(),
+            "{at}: {target} is not in the document (SDK generators drop the operation)"
+        );
+    }
+}
+
+#[test]
+fn errors_are_problem_documents_and_bodies_document_422() {
+    let doc: serde_json::Value = serde_json::from_str(&icefeed::api::openapi_json()).unwrap();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let what = format!("{method} {path}");
+            let responses = op["responses"].as_object().unwrap();
+            for (code, response) in responses {
+                if code.starts_with('4') || code.starts_with('5') {
+                    assert_eq!(
+                        response["content"]["application/problem+json"]["schema"]["$ref"],
+                        "#/components/schemas/Problem",
+                        "{what} {code}: not a problem document"
+                    );
+                }
+            }
+            // A JSON body of the wrong shape answers 422 invalid_request_body.
+            if op.get("requestBody").is_some() {
+                assert!(responses.contains_key("422"), "{what}: 422 for bad bodies");
+            }
+        }
+    }
+}

@@ -228,10 +228,10 @@ fn validate_name(name: &str) -> Result<(), ApiError> {
     responses(
         (status = 201, description = "Created", body = SubscriptionView,
          headers(("Location" = String, description = "URL of the new subscription"))),
-        (status = 400, description = "Invalid name, tables, operations, columns or start", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Malformed body; invalid name, tables, operations, columns or start", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "A table does not exist", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The name is taken", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "The start snapshot has no published change set", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The start snapshot has no published change set; the body misses a field, has one of the wrong type or an unknown one", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn create_subscription(
@@ -360,8 +360,9 @@ pub async fn get_subscription(
     request_body = UpdateSubscription,
     responses(
         (status = 200, description = "The subscription", body = SubscriptionView),
-        (status = 400, description = "Invalid body", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Malformed body", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The body misses `paused` or has unknown fields", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn update_subscription(
@@ -427,7 +428,7 @@ pub struct SubscriptionPageQuery {
         (status = 200, description = "A page of events", content(
             (crate::api::changes::ChangePage = "application/json"),
             (crate::api::changes::ChangeEvent = "application/x-ndjson"),
-            (Vec<u8> = "application/vnd.apache.arrow.stream"),
+            (super::pages::ArrowStream = "application/vnd.apache.arrow.stream"),
         ),
         headers(
             ("Icefeed-Next-Cursor" = String, description = "Cursor for the next page"),
@@ -510,6 +511,7 @@ pub(crate) async fn record_delivered(
         (status = 400, description = "Malformed or foreign cursor", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The position is before the committed one, or was never delivered", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The body misses `position` or has unknown fields", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn ack_subscription(

@@ -16,16 +16,19 @@ pub enum SubscriptionStart {
     Named(SubscriptionStartName),
     /// After this cursor of the table's feed (`GET /v1/tables/{id}/changes`); only for
     /// subscriptions of one table.
+    #[schema(title = "SubscriptionCursorStart")]
     Cursor {
         /// A cursor the table's feed returned.
         cursor: String,
     },
     /// After the change set of this snapshot (exclusive); it must be published.
+    #[schema(title = "SubscriptionSnapshotStart")]
     SnapshotId {
         /// A snapshot whose change set is published.
         snapshot_id: i64,
     },
     /// With the first change set committed at or after this time.
+    #[schema(title = "SubscriptionTimestampStart")]
     Timestamp {
         /// RFC 3339 time, e.g. `2026-07-13T08:00:00Z`.
         timestamp: DateTime<Utc>,
@@ -75,6 +78,7 @@ pub struct CreateSubscription {
     pub start: Option<SubscriptionStart>,
     /// Operations delivered (`insert`, `update`, `delete`); default all.
     #[serde(default)]
+    #[schema(value_type = Option<Vec<crate::api::pages::Operation>>)]
     pub ops: Option<Vec<String>>,
     /// Top-level columns of `before`/`after` (and Arrow rows); default whole rows.
     /// `key` always carries the identifier columns.
@@ -137,11 +141,12 @@ pub struct SubscriptionView {
     /// `active`, `paused` or `failed`.
     pub state: SubscriptionState,
     /// Operations delivered.
+    #[schema(value_type = Vec<crate::api::pages::Operation>)]
     pub ops: Vec<String>,
     /// Projected columns; absent for whole rows.
     pub columns: Option<Vec<String>>,
     /// The start position given at creation.
-    #[schema(value_type = Object)]
+    #[schema(value_type = SubscriptionStart)]
     pub start: serde_json::Value,
     /// The committed position (a cursor; pass it as `after` to read from there).
     pub committed: String,

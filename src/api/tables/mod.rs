@@ -46,10 +46,11 @@ fn not_found(e: StoreError) -> ApiError {
     post, path = "/v1/tables", tag = TAG, operation_id = "registerTable",
     request_body = RegisterTable,
     responses(
-        (status = 201, description = "Registered; the feed starts at the next poll", body = TableView),
+        (status = 201, description = "Registered; the feed starts at the next poll", body = TableView,
+         headers(("Location" = String, description = "URL of the new table"))),
         (status = 400, description = "Malformed request: unknown catalog type, invalid settings, identifier or poll interval", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The table is registered already", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "The catalog has no such table, branch, snapshot or identifier column", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The catalog has no such table, branch, snapshot or identifier column; the body misses a field, has one of the wrong type or an unknown one", body = Problem, content_type = "application/problem+json"),
         (status = 502, description = "The catalog could not be reached", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -123,8 +124,9 @@ pub async fn get_table(
     request_body = UpdateTable,
     responses(
         (status = 200, description = "The updated table", body = TableView),
-        (status = 400, description = "Invalid change", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Not a table id, malformed body or invalid poll interval", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such table", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The body has a field of the wrong type or an unknown one", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn update_table(

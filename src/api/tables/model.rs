@@ -16,11 +16,13 @@ pub enum StartPosition {
     /// `latest` (only commits after registration) or `earliest` (every retained snapshot).
     Named(StartName),
     /// Start after this snapshot (exclusive); it must be an ancestor of the branch head.
+    #[schema(title = "TableSnapshotStart")]
     SnapshotId {
         /// The snapshot whose successors are published.
         snapshot_id: i64,
     },
     /// Start with the first snapshot committed at or after this time.
+    #[schema(title = "TableTimestampStart")]
     Timestamp {
         /// RFC 3339 time, e.g. `2026-07-13T08:00:00Z`.
         timestamp: DateTime<Utc>,
@@ -116,7 +118,7 @@ pub struct TableView {
     /// Columns that identify a row (may be empty: no keys, no update pairing).
     pub identifier_columns: Vec<String>,
     /// The start position given at registration.
-    #[schema(value_type = Object)]
+    #[schema(value_type = StartPosition)]
     pub start: serde_json::Value,
     /// Poll interval in milliseconds.
     pub poll_interval_ms: i64,
