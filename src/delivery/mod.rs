@@ -1,8 +1,9 @@
 //! Delivering change events to consumers: pages of JSON, NDJSON or Arrow, filtered by
-//! operation and projected to columns.
+//! operation and projected to columns; and pushing them into OpenSearch.
 
 pub mod arrow_page;
 pub mod json_page;
+pub mod opensearch;
 pub mod pull;
 pub mod selection;
 pub mod subscription;
