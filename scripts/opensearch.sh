@@ -69,6 +69,16 @@ if ! built; then
 fi
 
 # --- 2. start -------------------------------------------------------------------
+# OpenSearch 2.19 runs on Java 17 to 21; prefer such a `java` when PATH has a newer one.
+java_major() { "$1" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1; }
+JAVA=java
+major=$(java_major java)
+if [[ -z $major || $major -lt 17 || $major -gt 21 ]]; then
+    for candidate in /usr/lib/jvm/java-{21,17}-openjdk-*/bin/java; do
+        if [[ -x $candidate ]]; then JAVA=$candidate; break; fi
+    done
+    log "java on PATH is version ${major:-unknown}; using $JAVA"
+fi
 home="$DIR/node-$PORT"
 logfile="$DIR/node-$PORT.log"
 pidfile="$DIR/node-$PORT.pid"
@@ -79,7 +89,7 @@ else
     rm -rf "$home"
     # No descriptor of ours stays open in the node: callers read our stdout to its end.
     # shellcheck disable=SC2086 # the options are a word list
-    setsid java ${ICEFEED_OPENSEARCH_JAVA_OPTS:--Xms512m -Xmx1g} \
+    setsid "$JAVA" ${ICEFEED_OPENSEARCH_JAVA_OPTS:--Xms512m -Xmx1g} \
         -Djava.locale.providers=SPI,COMPAT \
         -cp "$DIR/build/classes:$(cat "$DIR/classpath")" \
         icefeed.testing.OpenSearchNode "$PORT" "$home" </dev/null >"$logfile" 2>&1 &
