@@ -171,7 +171,7 @@ impl IndexTemplate {
         Ok(template)
     }
 
-    /// Whether the name depends on the event (table or date), not just the target.
+    /// Whether every event goes to the same index (the template has no placeholder).
     pub fn is_fixed(&self) -> bool {
         self.parts.iter().all(|p| matches!(p, Part::Literal(_)))
     }
