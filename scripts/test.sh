@@ -3,13 +3,15 @@
 #
 # Makes sure the services the tests need are there (a local PostgreSQL via
 # scripts/postgres.sh, the pyiceberg virtualenv via scripts/python-env.sh, the
-# Iceberg REST fixture server via scripts/rest-fixture.sh),
+# Iceberg REST fixture server via scripts/rest-fixture.sh, an OpenSearch node via
+# scripts/opensearch.sh),
 # then runs `cargo test --locked "$@"`.
 #
 # Environment:
 #   ICEFEED_TEST_DATABASE_URL  set it to test against another server (skips postgres.sh)
 #   ICEFEED_TEST_PYTHON        set it to use another Python (skips python-env.sh)
 #   ICEFEED_TEST_REST_FIXTURE  classpath of the REST fixture server (skips rest-fixture.sh)
+#   ICEFEED_TEST_OPENSEARCH_URL  set it to test against another OpenSearch (skips opensearch.sh)
 #   CARGO_TARGET_DIR           default $HOME/.cache/icefeed/target, shared by all clones
 #
 # Examples: scripts/test.sh
@@ -29,12 +31,16 @@ fi
 if [[ -z ${ICEFEED_TEST_REST_FIXTURE:-} ]]; then
     ICEFEED_TEST_REST_FIXTURE=$(scripts/rest-fixture.sh)
 fi
-export ICEFEED_TEST_DATABASE_URL ICEFEED_TEST_PYTHON ICEFEED_TEST_REST_FIXTURE
+if [[ -z ${ICEFEED_TEST_OPENSEARCH_URL:-} ]]; then
+    ICEFEED_TEST_OPENSEARCH_URL=$(scripts/opensearch.sh)
+fi
+export ICEFEED_TEST_DATABASE_URL ICEFEED_TEST_PYTHON ICEFEED_TEST_REST_FIXTURE ICEFEED_TEST_OPENSEARCH_URL
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/icefeed/target}
 export RUST_BACKTRACE=${RUST_BACKTRACE:-1}
 
 echo "test.sh: database $ICEFEED_TEST_DATABASE_URL" >&2
 echo "test.sh: python   $ICEFEED_TEST_PYTHON" >&2
+echo "test.sh: opensearch $ICEFEED_TEST_OPENSEARCH_URL" >&2
 echo "test.sh: target   $CARGO_TARGET_DIR" >&2
 
 exec cargo test --locked "$@"

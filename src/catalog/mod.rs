@@ -15,7 +15,7 @@ use iceberg_catalog_sql::SqlCatalogBuilder;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-pub use redact::redact;
+pub use redact::{REDACTED, redact};
 
 /// The catalog types icefeed can read from.
 pub const CATALOG_TYPES: &[&str] = &["sql", "rest", "filesystem"];

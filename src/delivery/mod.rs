@@ -1,10 +1,11 @@
 //! Delivering change events to consumers: pages of JSON, NDJSON or Arrow, filtered by
 //! operation and projected to columns; long polls and server-sent event streams woken by
-//! publish notifications.
+//! publish notifications; and pushing them into OpenSearch.
 
 pub mod arrow_page;
 pub mod json_page;
 pub mod notify;
+pub mod opensearch;
 pub mod pull;
 pub mod selection;
 pub mod stream;

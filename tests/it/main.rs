@@ -2,10 +2,12 @@
 
 mod catalogs;
 mod errors;
+mod fault_proxy;
 mod feed;
 mod fixtures;
 mod nodes;
 mod openapi;
+mod opensearch;
 mod oracle;
 mod pyiceberg;
 mod retention;

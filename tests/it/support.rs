@@ -24,6 +24,11 @@ pub fn admin_url() -> String {
         .unwrap_or_else(|_| "postgres://icefeed:icefeed@127.0.0.1:5432/icefeed".into())
 }
 
+/// The OpenSearch node tests push into (the README's test command starts one).
+pub fn opensearch_url() -> String {
+    std::env::var("ICEFEED_TEST_OPENSEARCH_URL").unwrap_or_else(|_| "http://127.0.0.1:9200".into())
+}
+
 /// Creates an empty database and returns its URL.
 pub async fn fresh_database() -> String {
     let admin = admin_url();

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Make sure an OpenSearch 2.19 node answers on 127.0.0.1:${ICEFEED_OPENSEARCH_PORT:-9200}
+# for the tests; print its URL.
+#
+# The node is tests/opensearch-node: a small Java 17 program embedding OpenSearch, built
+# with Maven into ${ICEFEED_OPENSEARCH_DIR:-$HOME/.cache/icefeed/opensearch-node} (rebuilt
+# only when its sources change). If nothing answers on the port, starts it in the
+# background (its own session, so it outlives this script and a Ctrl-C) with a fresh data
+# directory, and waits until the cluster is green or yellow.
+#
+# Idempotent and quick (one HTTP round trip) when the node already runs.
+# Stdout: the URL only. Progress messages go to stderr; the node's log to
+# $ICEFEED_OPENSEARCH_DIR/node-$PORT.log.
+#
+# Environment:
+#   ICEFEED_OPENSEARCH_PORT       HTTP port (default 9200)
+#   ICEFEED_OPENSEARCH_DIR        build and run directory
+#   ICEFEED_OPENSEARCH_JAVA_OPTS  JVM options (default -Xms512m -Xmx1g)
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+PORT=${ICEFEED_OPENSEARCH_PORT:-9200}
+URL="http://127.0.0.1:${PORT}"
+DIR=${ICEFEED_OPENSEARCH_DIR:-$HOME/.cache/icefeed/opensearch-node}
+SRC=tests/opensearch-node
+
+log() { echo "opensearch.sh: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# The cluster answers and is usable (yellow: a single node cannot place replicas).
+ready() {
+    local health
+    health=$(curl -fsS --max-time 3 "$URL/_cluster/health" 2>/dev/null) || return 1
+    [[ $health == *'"status":"green"'* || $health == *'"status":"yellow"'* ]]
+}
+
+if ! command -v curl >/dev/null 2>&1; then
+    log "installing curl (Debian package)"
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q curl >/dev/null
+fi
+
+if ready; then
+    echo "$URL"
+    exit 0
+fi
+
+# --- 1. build (cached) ----------------------------------------------------------
+stamp="$DIR/.sources-sha256"
+want=$(find "$SRC" -type f ! -path "$SRC/target/*" | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -d' ' -f1)
+built() {
+    [[ -f $stamp && $(cat "$stamp") == "$want" && -f $DIR/classpath ]] || return 1
+    # The classpath names jars in the local Maven repository, which may have been cleaned.
+    local jar
+    while IFS= read -r jar; do [[ -f $jar ]] || return 1; done < <(tr ':' '\n' <"$DIR/classpath")
+}
+if ! built; then
+    if ! command -v javac >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
+        log "installing a Java 17 JDK and Maven (Debian packages)"
+        apt-get update -q >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jdk-headless maven >/dev/null
+    fi
+    log "building the OpenSearch test node into $DIR"
+    rm -rf "$DIR/build" "$DIR/classpath" "$stamp"
+    mkdir -p "$DIR"
+    mvn -q -B -f "$SRC/pom.xml" -Dicefeed.build.dir="$DIR/build" \
+        compile dependency:build-classpath -Dmdep.outputFile="$DIR/classpath" >&2
+    echo "$want" >"$stamp"
+fi
+
+# --- 2. start -------------------------------------------------------------------
+# OpenSearch 2.19 runs on Java 17 to 21; prefer such a `java` when PATH has a newer one.
+java_major() { "$1" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n 1; }
+JAVA=java
+major=$(java_major java)
+if [[ -z $major || $major -lt 17 || $major -gt 21 ]]; then
+    for candidate in /usr/lib/jvm/java-{21,17}-openjdk-*/bin/java; do
+        if [[ -x $candidate ]]; then JAVA=$candidate; break; fi
+    done
+    log "java on PATH is version ${major:-unknown}; using $JAVA"
+fi
+home="$DIR/node-$PORT"
+logfile="$DIR/node-$PORT.log"
+pidfile="$DIR/node-$PORT.pid"
+if [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+    log "node $(cat "$pidfile") is starting or unhealthy; waiting for it"
+else
+    log "starting OpenSearch on $URL (log: $logfile)"
+    rm -rf "$home"
+    # No descriptor of ours stays open in the node: callers read our stdout to its end.
+    # shellcheck disable=SC2086 # the options are a word list
+    setsid "$JAVA" ${ICEFEED_OPENSEARCH_JAVA_OPTS:--Xms512m -Xmx1g} \
+        -Djava.locale.providers=SPI,COMPAT \
+        -cp "$DIR/build/classes:$(cat "$DIR/classpath")" \
+        icefeed.testing.OpenSearchNode "$PORT" "$home" </dev/null >"$logfile" 2>&1 &
+    echo $! >"$pidfile"
+fi
+pid=$(cat "$pidfile")
+
+start=$SECONDS
+until ready; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+        tail -n 30 "$logfile" >&2
+        die "the node exited (is port $PORT taken by something else?)"
+    fi
+    ((SECONDS - start < 180)) || die "no healthy cluster on $URL after 180 s (log: $logfile)"
+    sleep 0.5
+done
+log "OpenSearch ready on $URL after $((SECONDS - start)) s (pid $pid)"
+echo "$URL"

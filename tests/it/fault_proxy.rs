@@ -1,0 +1,200 @@
+//! A fault-injecting HTTP proxy: forwards requests to an upstream server, except that the
+//! next requests whose path ends with a given suffix get scripted faults instead: an
+//! error status, a dropped connection, or a bulk answer refusing every item for now.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+/// What the proxy does instead of forwarding one request.
+#[derive(Clone, Copy, Debug)]
+pub enum Fault {
+    /// Answer this status with an OpenSearch-style error body.
+    Status(u16),
+    /// Close the connection without answering.
+    Drop,
+    /// Answer a `_bulk` request 200 with every item refused for now (429,
+    /// `es_rejected_execution_exception`); nothing is written.
+    RejectItems,
+}
+
+#[derive(Default)]
+struct Script {
+    path_suffix: String,
+    faults: VecDeque<Fault>,
+}
+
+struct State {
+    upstream: String,
+    client: reqwest::Client,
+    script: Mutex<Script>,
+    /// Requests on the scripted path that were forwarded.
+    forwarded: AtomicUsize,
+}
+
+/// A running proxy; stops when dropped.
+pub struct FaultProxy {
+    /// Base URL of the proxy.
+    pub url: String,
+    state: Arc<State>,
+    task: JoinHandle<()>,
+}
+
+/// Closing the connection: hyper drops it when the service fails.
+#[derive(Debug)]
+struct Dropped;
+
+impl std::fmt::Display for Dropped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("connection dropped by the fault proxy")
+    }
+}
+
+impl std::error::Error for Dropped {}
+
+impl FaultProxy {
+    /// Starts a proxy to `upstream` on a random port.
+    pub async fn start(upstream: &str) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let state = Arc::new(State {
+            upstream: upstream.trim_end_matches('/').to_string(),
+            client: reqwest::Client::new(),
+            script: Mutex::default(),
+            forwarded: AtomicUsize::new(0),
+        });
+        let serving = state.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let state = serving.clone();
+                tokio::spawn(async move {
+                    let service = service_fn(move |request| handle(state.clone(), request));
+                    // An error here is a dropped connection, scripted or by the client.
+                    let _ = http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Self { url, state, task }
+    }
+
+    /// Answers the next requests whose path ends with `path_suffix` with `faults`, in order.
+    pub fn script(&self, path_suffix: &str, faults: impl IntoIterator<Item = Fault>) {
+        let mut script = self.state.script.lock().unwrap();
+        script.path_suffix = path_suffix.to_string();
+        script.faults = faults.into_iter().collect();
+    }
+
+    /// Scripted faults not yet used.
+    pub fn pending(&self) -> usize {
+        self.state.script.lock().unwrap().faults.len()
+    }
+
+    /// Requests on the scripted path that reached the upstream.
+    pub fn forwarded(&self) -> usize {
+        self.state.forwarded.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for FaultProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn handle(
+    state: Arc<State>,
+    request: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Dropped> {
+    let (parts, body) = request.into_parts();
+    let body = body.collect().await.map_err(|_| Dropped)?.to_bytes();
+    let (scripted, fault) = {
+        let mut script = state.script.lock().unwrap();
+        let scripted =
+            !script.path_suffix.is_empty() && parts.uri.path().ends_with(&script.path_suffix);
+        (
+            scripted,
+            scripted.then(|| script.faults.pop_front()).flatten(),
+        )
+    };
+    match fault {
+        Some(Fault::Drop) => Err(Dropped),
+        Some(Fault::Status(status)) => Ok(json_response(
+            status,
+            &json!({"error": {"type": "injected_fault", "reason": format!("injected {status}")}, "status": status}),
+        )),
+        Some(Fault::RejectItems) => Ok(json_response(200, &refuse_all(&body))),
+        None => {
+            if scripted {
+                state.forwarded.fetch_add(1, Ordering::SeqCst);
+            }
+            forward(&state, parts, body).await
+        }
+    }
+}
+
+async fn forward(
+    state: &State,
+    parts: hyper::http::request::Parts,
+    body: Bytes,
+) -> Result<Response<Full<Bytes>>, Dropped> {
+    let target = format!(
+        "{}{}",
+        state.upstream,
+        parts.uri.path_and_query().map_or("/", |p| p.as_str())
+    );
+    let mut request = state.client.request(parts.method, target).body(body);
+    for (name, value) in &parts.headers {
+        if name != hyper::header::HOST && name != hyper::header::CONTENT_LENGTH {
+            request = request.header(name, value);
+        }
+    }
+    let answer = request.send().await.map_err(|_| Dropped)?;
+    let mut response = Response::builder().status(answer.status());
+    for (name, value) in answer.headers() {
+        if name != hyper::header::TRANSFER_ENCODING && name != hyper::header::CONTENT_LENGTH {
+            response = response.header(name, value);
+        }
+    }
+    let body = answer.bytes().await.map_err(|_| Dropped)?;
+    Ok(response.body(Full::new(body)).unwrap())
+}
+
+fn json_response(status: u16, body: &Value) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap()
+}
+
+/// A bulk answer refusing each action of an NDJSON `_bulk` body for now.
+fn refuse_all(body: &[u8]) -> Value {
+    let mut items = Vec::new();
+    let mut lines = body.split(|&b| b == b'\n').filter(|l| !l.is_empty());
+    while let Some(line) = lines.next() {
+        let action: Value = serde_json::from_slice(line).expect("an action line");
+        let (name, _) = action.as_object().unwrap().iter().next().unwrap();
+        if name != "delete" {
+            lines.next(); // the document
+        }
+        items.push(json!({ name.as_str(): {"status": 429, "error": {
+            "type": "es_rejected_execution_exception", "reason": "injected: write queue full"}}}));
+    }
+    json!({"took": 0, "errors": true, "items": items})
+}
