@@ -100,6 +100,7 @@ fn routes() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(subscriptions::get_subscription_events))
         .routes(routes!(subscriptions::ack_subscription))
+        .routes(routes!(subscriptions::stream::stream_subscription))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(health::metrics))

@@ -54,6 +54,11 @@ impl Positions {
         self.current.lock().expect("positions").clone()
     }
 
+    /// Starts over at `start` (a long poll reads again).
+    pub fn reset(&self, start: Vec<Position>) {
+        *self.current.lock().expect("positions") = start;
+    }
+
     fn set(&self, slot: usize, p: Position) {
         self.current.lock().expect("positions")[slot] = p;
     }

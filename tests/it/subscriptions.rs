@@ -603,3 +603,123 @@ async fn pyarrow_reads_arrow_pages_equal_to_json_pages() {
         assert_eq!(rows, expected, "query {query:?}");
     }
 }
+
+fn op_and_id(event: &Value) -> (String, i64) {
+    let id = event["after"]["id"]
+        .as_i64()
+        .or(event["before"]["id"].as_i64());
+    (event["op"].as_str().unwrap().to_string(), id.unwrap())
+}
+
+/// A subscription's stream starts after the committed position, resumes after
+/// `Last-Event-ID` exactly once, follows new change sets, and its ids can be acked.
+#[tokio::test]
+async fn subscription_streams_resume_and_their_ids_are_acknowledged() {
+    use crate::stream::SseClient;
+    let wh = Warehouse::new().await;
+    let (node, _store) = Node::start_fresh().await;
+    let (table, _) = orders_with_rewrite(&node, &wh).await;
+    subscribe(
+        &node,
+        json!({"name": "live", "tables": [table], "ops": ["insert", "delete"]}),
+    )
+    .await;
+    let (_, first) = node.get("/v1/subscriptions/live/events?limit=2").await;
+    let (status, _) = node
+        .post(
+            "/v1/subscriptions/live/ack",
+            &json!({"position": first["next"]}),
+        )
+        .await;
+    assert_eq!(status, 200);
+
+    let within = std::time::Duration::from_secs(20);
+    let mut client = SseClient::connect(&node, "/v1/subscriptions/live/stream?limit=2", None).await;
+    let mut seen = Vec::new();
+    let mut last = None;
+    for _ in 0..3 {
+        let event = client.expect(within).await;
+        seen.push(op_and_id(&event.change()));
+        last = event.id;
+    }
+    drop(client);
+    // Resume: the rest, then a change set published while streaming.
+    let mut client =
+        SseClient::connect(&node, "/v1/subscriptions/live/stream", last.as_deref()).await;
+    for _ in 0..2 {
+        let event = client.expect(within).await.change();
+        seen.push(op_and_id(&event));
+    }
+    let t = wh
+        .append(
+            &wh.catalog
+                .load_table(&iceberg::TableIdent::from_strs(["shop", "orders"]).unwrap())
+                .await
+                .unwrap(),
+            &[orders(7..=7)],
+        )
+        .await;
+    let live = client.expect(within).await;
+    let change = live.change();
+    assert_eq!(change["after"]["id"], 7);
+    assert_eq!(change["snapshot_id"], head(&t));
+    let expected: Vec<(String, i64)> = [
+        ("insert", 3),
+        ("insert", 4),
+        ("insert", 5),
+        ("delete", 4),
+        ("insert", 6),
+    ]
+    .into_iter()
+    .map(|(op, id)| (op.to_string(), id))
+    .collect();
+    assert_eq!(seen, expected, "the update was filtered out; nothing twice");
+
+    // The stream's ids are subscription cursors the subscription accepts as acks.
+    let (status, acked) = node
+        .post("/v1/subscriptions/live/ack", &json!({"position": live.id}))
+        .await;
+    assert_eq!(status, 200, "{acked}");
+    assert_eq!(acked["lag"]["events"], 0);
+}
+
+/// `wait` turns a subscription pull into a long poll that answers on publish.
+#[tokio::test]
+async fn subscription_long_polls_answer_when_events_arrive() {
+    let wh = Warehouse::new().await;
+    let (node, _store) = Node::start_fresh().await;
+    let t = wh.create("shop.orders", orders_schema(), None).await;
+    let t = wh.append(&t, &[orders(1..=1)]).await;
+    let table = node
+        .register(&wh.registration("shop.orders", json!({})))
+        .await;
+    node.wait_for_checkpoint(&table, head(&t)).await;
+    subscribe(
+        &node,
+        json!({"name": "poll", "tables": [table], "start": "latest"}),
+    )
+    .await;
+
+    let started = std::time::Instant::now();
+    let (_, empty) = node.get("/v1/subscriptions/poll/events?wait=1").await;
+    assert_eq!(empty["events"], json!([]));
+    assert!(started.elapsed() >= std::time::Duration::from_millis(900));
+
+    let waiting = {
+        let node = Node::remote(node.base.clone());
+        tokio::spawn(async move { node.get("/v1/subscriptions/poll/events?wait=30").await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let started = std::time::Instant::now();
+    let t = wh.append(&t, &[orders(2..=2)]).await;
+    node.wait_for_checkpoint(&table, head(&t)).await;
+    let (status, page) = waiting.await.unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(ids(&events(&page), "after"), vec![2]);
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    let (status, problem) = node.get("/v1/subscriptions/poll/events?wait=3600").await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (400, Some("wait_out_of_range"))
+    );
+}

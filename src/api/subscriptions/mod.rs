@@ -2,6 +2,7 @@
 
 pub mod model;
 mod start;
+pub mod stream;
 
 use std::collections::BTreeSet;
 
@@ -16,7 +17,9 @@ use uuid::Uuid;
 use super::AppState;
 use super::error::{ApiError, Problem};
 use super::extract::{Json, Path, Query};
-use super::pages::{Format, Longs, PageSink, PageTail, page_limit, position_expired};
+use super::pages::{
+    Format, Longs, PageSink, PageTail, long_poll_wait, page_limit, position_expired,
+};
 use crate::changes::{Position, subscription_cursor};
 use crate::delivery::{Positions, Selection};
 use crate::store::{
@@ -74,6 +77,14 @@ impl Loaded {
 
     fn committed(&self) -> Vec<Position> {
         self.slots.iter().map(|s| s.committed).collect()
+    }
+
+    /// Where reading starts: after `cursor`, or after the committed position.
+    pub fn start(&self, cursor: Option<&str>) -> Result<Vec<Position>, ApiError> {
+        match cursor {
+            None | Some("") => Ok(self.committed()),
+            Some(cursor) => self.decode(cursor),
+        }
     }
 
     /// Answers 410 when retention removed events after any of `positions` (checked after
@@ -413,6 +424,10 @@ pub struct SubscriptionPageQuery {
     pub longs: Option<Longs>,
     /// `json`, `ndjson` or `arrow`; overrides the `Accept` header.
     pub format: Option<Format>,
+    /// Seconds to wait for events when none are available (a long poll); 0 (default)
+    /// answers at once; at most `api.max_wait` (60 s).
+    #[param(minimum = 0)]
+    pub wait: Option<i64>,
 }
 
 /// Read the next page of a subscription.
@@ -435,7 +450,7 @@ pub struct SubscriptionPageQuery {
             ("Icefeed-More" = bool, description = "Whether more events are available now"),
             ("Icefeed-Count" = u64, description = "Events in the page"),
         )),
-        (status = 400, description = "Malformed or foreign cursor, limit out of range", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Malformed or foreign cursor, limit or wait out of range", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The subscription is paused", body = Problem, content_type = "application/problem+json"),
         (status = 410, description = "Retention removed events the subscription had not consumed (a hard limit); `earliest` holds the oldest available cursor", body = Problem, content_type = "application/problem+json"),
@@ -450,23 +465,32 @@ pub async fn get_subscription_events(
     let loaded = load(&state, &id).await?;
     loaded.ensure_active()?;
     let limit = page_limit(&state, query.limit)?;
-    let start = match query.after.as_deref() {
-        None | Some("") => loaded.committed(),
-        Some(cursor) => loaded.decode(cursor)?,
-    };
+    let wait = long_poll_wait(&state, query.wait)?;
+    let start = loaded.start(query.after.as_deref())?;
     let selection = loaded.selection()?;
     let options = query.longs.unwrap_or_default().options();
     let format = Format::negotiate(query.format, &headers);
-    let ids = loaded.tables.iter().map(|t| t.id).collect();
-    let start_positions = start.clone();
-    let positions = Positions::new(loaded.subscription.id, ids, start);
+    let ids: Vec<TableId> = loaded.tables.iter().map(|t| t.id).collect();
+    let positions = Positions::new(loaded.subscription.id, ids.clone(), start.clone());
     let cursor = |t: TableId, p: Position| positions.cursor(t, p);
-    let mut page = PageSink::new(format, &options, &cursor, limit);
-    let end = state
-        .feed
-        .read_subscription(&loaded.tables, &positions, limit, &selection, page.sink())
+    let (page, end) = state
+        .notifier
+        .long_poll(
+            ids,
+            wait,
+            || async {
+                positions.reset(start.clone());
+                let mut page = PageSink::new(format, &options, &cursor, limit);
+                let end = state
+                    .feed
+                    .read_subscription(&loaded.tables, &positions, limit, &selection, page.sink())
+                    .await?;
+                Ok::<_, ApiError>((page, end))
+            },
+            |(_, end)| end.count == 0 && !end.more,
+        )
         .await?;
-    loaded.ensure_retained(&state, &start_positions).await?;
+    loaded.ensure_retained(&state, &start).await?;
     record_delivered(&state, &loaded, &end.next).await?;
     let tail = PageTail {
         next: loaded.encode(&end.next),
