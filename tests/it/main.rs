@@ -10,6 +10,7 @@ mod openapi;
 mod opensearch;
 mod oracle;
 mod pyiceberg;
+mod push;
 mod retention;
 mod sdk;
 mod stream;
