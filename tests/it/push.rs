@@ -55,7 +55,9 @@ fn batch(rows: &BTreeMap<i64, Row>) -> RecordBatch {
         Arc::new(StringArray::from(
             rows.values().map(|r| r.0.clone()).collect::<Vec<_>>(),
         )),
-        Arc::new(Int64Array::from(rows.values().map(|r| r.1).collect::<Vec<_>>())),
+        Arc::new(Int64Array::from(
+            rows.values().map(|r| r.1).collect::<Vec<_>>(),
+        )),
         Arc::new(StringArray::from(
             rows.values().map(|r| r.2.clone()).collect::<Vec<_>>(),
         )),
@@ -208,11 +210,20 @@ async fn push_node() -> (Node, tempfile::TempDir) {
 
 /// Waits until the subscription has pushed everything the table has.
 async fn caught_up(node: &Node, sub: &str, table_head: &Table) -> Value {
-    let snapshot = table_head.metadata().current_snapshot().unwrap().snapshot_id();
+    let snapshot = table_head
+        .metadata()
+        .current_snapshot()
+        .unwrap()
+        .snapshot_id();
     wait_until(Duration::from_secs(60), || async {
         let (_, s) = node.get(&format!("/v1/subscriptions/{sub}")).await;
         assert_ne!(s["push"]["state"], "failed", "{s}");
-        let (_, t) = node.get(&format!("/v1/tables/{}", s["tables"][0]["table_id"].as_str()?)).await;
+        let (_, t) = node
+            .get(&format!(
+                "/v1/tables/{}",
+                s["tables"][0]["table_id"].as_str()?
+            ))
+            .await;
         let done = t["checkpoint"]["snapshot_id"].as_i64() == Some(snapshot)
             && s["lag"]["events"] == 0
             && s["lag"]["snapshots"] == 0;
@@ -303,7 +314,10 @@ async fn the_index_ends_equal_to_the_table_through_updates_moves_and_deletes() {
 
     // A push subscription is not pulled.
     let (status, problem) = node.get(&format!("/v1/subscriptions/{sub}/events")).await;
-    assert_eq!((status, problem["code"].as_str()), (409, Some("push_subscription")));
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (409, Some("push_subscription"))
+    );
     let metrics = node
         .http
         .get(node.url("/metrics"))
@@ -318,4 +332,376 @@ async fn the_index_ends_equal_to_the_table_through_updates_moves_and_deletes() {
         "{metrics}"
     );
     node.shutdown().await;
+}
+
+#[tokio::test]
+async fn throttling_outages_and_dropped_connections_lose_nothing() {
+    let wh = Warehouse::new().await;
+    let mut model = Model::default();
+    let t = history(&wh, &mut model).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = test_settings(&fresh_database().await, dir.path());
+    push_settings(&mut settings);
+    settings.push.max_retries = 3;
+    let node = Node::start(settings).await;
+    let proxy = FaultProxy::start(&opensearch_url()).await;
+    // Enough 503s in a row to exhaust the retries twice: the subscription backs off.
+    let mut faults = vec![Fault::Status(503); 9];
+    faults.extend([
+        Fault::Status(429),
+        Fault::Drop,
+        Fault::RejectItems,
+        Fault::Status(503),
+        Fault::Drop,
+        Fault::Status(429),
+        Fault::RejectItems,
+    ]);
+    proxy.script("/_bulk", faults);
+    let index = unique_index("faults");
+    let sub = push_subscription(&node, &wh, target(&proxy.url, &index, json!({}))).await;
+    wait_until(Duration::from_secs(30), || async {
+        let (_, s) = node.get(&format!("/v1/subscriptions/{sub}")).await;
+        (s["push"]["state"] == "backing_off" && s["state"] == "backing_off").then_some(())
+    })
+    .await;
+    let s = caught_up(&node, &sub, &t).await;
+    assert_eq!(proxy.pending(), 0, "every scripted fault was met");
+    assert_eq!(s["push"]["state"], "running", "{s}");
+    assert_eq!(s["push"]["documents_rejected"], 0, "{s}");
+    assert!(
+        s["push"]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("injected 503"),
+        "{s}"
+    );
+    assert_index_equals(&documents(&index).await, &model);
+    node.shutdown().await;
+}
+
+#[tokio::test]
+async fn mapping_conflicts_go_to_the_dead_letters_and_redrive_after_the_fix() {
+    let wh = Warehouse::new().await;
+    let mut model = Model::default();
+    let t = wh.create("shop.items", schema(), Some(spec())).await;
+    let bad = |id: i64| (id, ("eu".to_string(), id, Some(format!("bad-{id}"))));
+    let mut rows: Vec<_> = (1..=30).map(|i| Model::row(i, "us", i)).collect();
+    for id in [3, 7, 11] {
+        rows[id as usize - 1] = bad(id);
+    }
+    let t = model.append(&wh, &t, &rows).await;
+    // 11 is fixed by a later update, which supersedes its dead letter.
+    let t = model
+        .rewrite(&wh, &t, |rows| {
+            rows.get_mut(&11).unwrap().2 = None;
+        })
+        .await;
+    let (node, _dir) = push_node().await;
+    let index = unique_index("mapping");
+    let mappings = json!({"properties": {"note": {"type": "long"}}});
+    let sub = push_subscription(
+        &node,
+        &wh,
+        target(&opensearch_url(), &index, json!({"mappings": mappings})),
+    )
+    .await;
+    let s = caught_up(&node, &sub, &t).await;
+    assert_eq!(s["push"]["documents_rejected"], 3, "{s}");
+    assert_eq!(s["push"]["dead_letters"], 2, "{s}");
+
+    let dead_ids = |page: &Value| -> Vec<String> {
+        page["dead_letters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["document_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (status, page) = node
+        .get(&format!("/v1/subscriptions/{sub}/dead-letters?limit=1"))
+        .await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(dead_ids(&page), ["3"]);
+    let letter = &page["dead_letters"][0];
+    assert_eq!(letter["error_type"], "mapper_parsing_exception");
+    assert_eq!(letter["event"]["after"]["note"], "bad-3");
+    let (_, rest) = node
+        .get(&format!(
+            "/v1/subscriptions/{sub}/dead-letters?after={}",
+            page["next"]
+        ))
+        .await;
+    assert_eq!(dead_ids(&rest), ["7"]);
+    assert_eq!(rest["next"], Value::Null);
+
+    // Everything else went through.
+    let mut expected = model.clone();
+    expected.rows.retain(|id, _| ![3, 7].contains(id));
+    assert_index_equals(&documents(&index).await, &expected);
+
+    // Redriving before the fix reports the same failures again.
+    let redrive = format!("/v1/subscriptions/{sub}/dead-letters/redrive");
+    let (status, result) = node.post(&redrive, &json!({})).await;
+    assert_eq!(status, 200, "{result}");
+    assert_eq!(
+        (result["sent"].as_u64(), result["resolved"].as_u64()),
+        (Some(2), Some(0))
+    );
+    assert_eq!(result["rejected"].as_array().unwrap().len(), 2);
+
+    // Fix the mapping: malformed values are kept in the source, not indexed.
+    reqwest::Client::new()
+        .put(format!("{}/{index}/_mapping", opensearch_url()))
+        .json(&json!({"properties": {"note": {"type": "long", "ignore_malformed": true}}}))
+        .send()
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap();
+    let id3 = letter["id"].as_i64().unwrap();
+    let (_, result) = node.post(&redrive, &json!({"ids": [id3]})).await;
+    assert_eq!(
+        (result["sent"].as_u64(), result["resolved"].as_u64()),
+        (Some(1), Some(1))
+    );
+    let (_, result) = node.post(&redrive, &json!({})).await;
+    assert_eq!(
+        (result["sent"].as_u64(), result["resolved"].as_u64()),
+        (Some(1), Some(1))
+    );
+    let (_, page) = node
+        .get(&format!("/v1/subscriptions/{sub}/dead-letters"))
+        .await;
+    assert_eq!(page["dead_letters"], json!([]));
+    assert_index_equals(&documents(&index).await, &model);
+    node.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_rewind_reproduces_the_same_end_state() {
+    let wh = Warehouse::new().await;
+    let mut model = Model::default();
+    let t = history(&wh, &mut model).await;
+    let (node, _dir) = push_node().await;
+    let index = unique_index("rewind");
+    let sub = push_subscription(&node, &wh, target(&opensearch_url(), &index, json!({}))).await;
+    let before = caught_up(&node, &sub, &t).await;
+    assert_index_equals(&documents(&index).await, &model);
+
+    let rewind = format!("/v1/subscriptions/{sub}/rewind");
+    let (status, problem) = node
+        .post(&rewind, &json!({"earliest": true, "snapshot_id": 1}))
+        .await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (400, Some("invalid_rewind"))
+    );
+
+    // Paused, the worker leaves the positions alone while we rewind.
+    let path = format!("/v1/subscriptions/{sub}");
+    let (status, paused) = node.patch(&path, &json!({"paused": true})).await;
+    assert_eq!(
+        (status, paused["push"]["state"].as_str()),
+        (200, Some("paused")),
+        "{paused}"
+    );
+    let (status, s) = node.post(&rewind, &json!({"earliest": true})).await;
+    assert_eq!(status, 200, "{s}");
+    assert_ne!(s["committed"], before["committed"]);
+    assert!(s["lag"]["events"].as_i64().unwrap() > 0, "{s}");
+    // A rewind only moves back.
+    let (status, problem) = node
+        .post(&rewind, &json!({"position": before["committed"]}))
+        .await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (409, Some("rewind_forward"))
+    );
+
+    let (status, _) = node.patch(&path, &json!({"paused": false})).await;
+    assert_eq!(status, 200);
+    let again = caught_up(&node, &sub, &t).await;
+    assert_eq!(again["committed"], before["committed"]);
+    assert_index_equals(&documents(&index).await, &model);
+    // The replay met documents already at their versions (or deleted at newer ones).
+    let skipped = again["push"]["documents_skipped"].as_i64().unwrap();
+    assert!(skipped > 0, "{again}");
+    node.shutdown().await;
+}
+
+#[tokio::test]
+async fn push_subscriptions_are_checked_with_stable_codes() {
+    let wh = Warehouse::new().await;
+    wh.create("shop.items", schema(), Some(spec())).await;
+    let (node, _dir) = push_node().await;
+    let table = node
+        .register(&wh.registration("shop.items", json!({"identifier_columns": []})))
+        .await;
+    let index = unique_index("codes");
+    let cases = [
+        (json!({"kind": "opensearch"}), "target_required"),
+        (
+            json!({"target": target(&opensearch_url(), &index, json!({}))}),
+            "target_not_allowed",
+        ),
+        (
+            json!({"kind": "opensearch", "target": target("ftp://x", &index, json!({}))}),
+            "invalid_target",
+        ),
+        (
+            json!({"kind": "opensearch", "target": target(&opensearch_url(), "Upper", json!({}))}),
+            "invalid_target",
+        ),
+        (
+            json!({"kind": "opensearch", "target": target(&opensearch_url(), &index, json!({}))}),
+            "document_id_required",
+        ),
+    ];
+    for (extra, code) in cases {
+        let mut body = json!({"name": "s", "tables": [table]});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let (status, problem) = node.post("/v1/subscriptions", &body).await;
+        assert_eq!(
+            (status, problem["code"].as_str()),
+            (400, Some(code)),
+            "{problem}"
+        );
+    }
+    // A template id makes a table without identifier columns pushable.
+    let body = json!({"name": "s", "tables": [table], "kind": "opensearch",
+        "target": target(&opensearch_url(), &index, json!({"document_id": "{id}"}))});
+    let (status, sub) = node.post("/v1/subscriptions", &body).await;
+    assert_eq!(status, 201, "{sub}");
+    let (status, pull) = node
+        .post(
+            "/v1/subscriptions",
+            &json!({"name": "p", "tables": [table]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{pull}");
+    let (status, problem) = node.get("/v1/subscriptions/p/dead-letters").await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (409, Some("not_a_push_subscription"))
+    );
+    let (status, problem) = node
+        .post(
+            "/v1/subscriptions/s/ack",
+            &json!({"position": sub["committed"]}),
+        )
+        .await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (409, Some("push_subscription"))
+    );
+    node.shutdown().await;
+}
+
+/// (document id, version) of every change OpenSearch applied, in the order it answered.
+fn applied_versions(exchanges: &[(bytes::Bytes, bytes::Bytes)]) -> Vec<(String, i64)> {
+    let mut applied = Vec::new();
+    for (request, answer) in exchanges {
+        let answer: Value = serde_json::from_slice(answer).unwrap();
+        let mut actions = Vec::new();
+        let mut lines = request.split(|b| *b == b'\n').filter(|l| !l.is_empty());
+        while let Some(line) = lines.next() {
+            let action: Value = serde_json::from_slice(line).unwrap();
+            let (name, meta) = action.as_object().unwrap().iter().next().unwrap();
+            if name == "index" {
+                lines.next();
+            }
+            actions.push((
+                meta["_id"].as_str().unwrap().to_string(),
+                meta["version"].as_i64().unwrap(),
+            ));
+        }
+        for (action, item) in actions.into_iter().zip(answer["items"].as_array().unwrap()) {
+            let (_, result) = item.as_object().unwrap().iter().next().unwrap();
+            if result["status"].as_u64().is_some_and(|s| s < 300) {
+                applied.push(action);
+            }
+        }
+    }
+    applied
+}
+
+#[tokio::test]
+async fn a_node_killed_mid_batch_is_replaced_and_the_index_stays_exact() {
+    use crate::nodes::{spawn_node_with, terminate, wait_ready};
+
+    let wh = Warehouse::new().await;
+    let mut model = Model::default();
+    let t = history(&wh, &mut model).await;
+    let db = fresh_database().await;
+    let store = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::new();
+    let proxy = FaultProxy::start(&opensearch_url()).await;
+    // Slow bulk requests, so that the kill lands in the middle of one.
+    proxy.script(
+        "/_bulk",
+        vec![Fault::Delay(Duration::from_millis(300)); 1000],
+    );
+    let env = [("ICEFEED_PUSH__CLAIM_INTERVAL", "100ms")];
+    let nodes = [
+        spawn_node_with(&db, store.path(), "node-a", &env),
+        spawn_node_with(&db, store.path(), "node-b", &env),
+    ];
+    for n in &nodes {
+        wait_ready(&http, n).await;
+    }
+    let a = Node::remote(nodes[0].base.clone());
+    let index = unique_index("kill");
+    let sub = push_subscription(
+        &a,
+        &wh,
+        target(&proxy.url, &index, json!({"batch": {"max_documents": 10}})),
+    )
+    .await;
+    let pushing = wait_until(Duration::from_secs(30), || async {
+        let (_, s) = a.get(&format!("/v1/subscriptions/{sub}")).await;
+        let indexed = s["push"]["documents_indexed"].as_i64().unwrap_or(0);
+        (indexed >= 20).then(|| s["push"]["node"].as_str().unwrap().to_string())
+    })
+    .await;
+    let (victim, survivor) = match pushing.as_str() {
+        "node-a" => (0, 1),
+        "node-b" => (1, 0),
+        other => panic!("pushed by {other}"),
+    };
+    let [first, second] = nodes;
+    let (victim_process, survivor_process) = if victim == 0 {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    let _ = survivor;
+    std::process::Command::new("kill")
+        .args(["-KILL", &victim_process.child_id().to_string()])
+        .status()
+        .unwrap();
+    let other = Node::remote(survivor_process.base.clone());
+    let s = caught_up(&other, &sub, &t).await;
+    assert_ne!(s["push"]["node"].as_str(), Some(pushing.as_str()), "{s}");
+    assert_index_equals(&documents(&index).await, &model);
+
+    // Replays after the takeover never moved a document backwards.
+    let applied = applied_versions(&proxy.exchanges());
+    let mut last: BTreeMap<String, i64> = BTreeMap::new();
+    for (id, version) in &applied {
+        if let Some(previous) = last.insert(id.clone(), *version) {
+            assert!(
+                *version > previous,
+                "document {id} written at version {version} after {previous}"
+            );
+        }
+    }
+    assert!(
+        applied.len() >= model.rows.len(),
+        "{} applied",
+        applied.len()
+    );
+    let (status, _) = terminate(survivor_process);
+    assert!(status.success());
 }
