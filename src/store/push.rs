@@ -147,6 +147,8 @@ impl Store {
         .bind(next.iter().map(|p| p.consumed).collect::<Vec<_>>())
         .execute(&mut *tx)
         .await?;
+        // Inserted first: a later change in the same batch supersedes them too.
+        insert_dead_letters(&mut tx, id, &batch.dead).await?;
         if !batch.settled.is_empty() {
             sqlx::query(
                 "DELETE FROM dead_letters d USING unnest($2::text[], $3::bigint[]) AS u(doc, v) \
@@ -158,7 +160,6 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         }
-        insert_dead_letters(&mut tx, id, &batch.dead).await?;
         sqlx::query(
             "UPDATE push_targets SET documents_indexed = documents_indexed + $2, \
                     documents_deleted = documents_deleted + $3, \
@@ -197,26 +198,8 @@ impl Store {
         error: &str,
         retry_at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
-        fence(&mut tx, lease).await?;
-        sqlx::query(
-            "UPDATE subscriptions SET state = 'backing_off', updated_at = now() \
-              WHERE id = $1 AND state IN ('active', 'backing_off')",
-        )
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query(
-            "UPDATE push_targets SET last_error = $2, last_error_at = now(), retry_at = $3 \
-              WHERE subscription_id = $1",
-        )
-        .bind(id)
-        .bind(error)
-        .bind(retry_at)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
+        self.push_trouble(lease, id, "backing_off", error, Some(retry_at))
+            .await
     }
 
     /// Stops a push subscription for good: `failed` with `reason` until resumed.
@@ -226,22 +209,38 @@ impl Store {
         id: Uuid,
         reason: &str,
     ) -> Result<(), StoreError> {
+        self.push_trouble(lease, id, "failed", reason, None).await
+    }
+
+    /// Moves a running push subscription to `state` and records `error`; the
+    /// subscription's own `last_error` says why it stopped, so only `failed` sets it.
+    async fn push_trouble(
+        &self,
+        lease: &Lease,
+        id: Uuid,
+        state: &str,
+        error: &str,
+        retry_at: Option<DateTime<Utc>>,
+    ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         fence(&mut tx, lease).await?;
         sqlx::query(
-            "UPDATE subscriptions SET state = 'failed', last_error = $2, updated_at = now() \
+            "UPDATE subscriptions SET state = $2, updated_at = now(), \
+                    last_error = CASE WHEN $2 = 'failed' THEN $3 ELSE last_error END \
               WHERE id = $1 AND state IN ('active', 'backing_off')",
         )
         .bind(id)
-        .bind(reason)
+        .bind(state)
+        .bind(error)
         .execute(&mut *tx)
         .await?;
         sqlx::query(
-            "UPDATE push_targets SET last_error = $2, last_error_at = now(), retry_at = NULL \
+            "UPDATE push_targets SET last_error = $2, last_error_at = now(), retry_at = $3 \
               WHERE subscription_id = $1",
         )
         .bind(id)
-        .bind(reason)
+        .bind(error)
+        .bind(retry_at)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
