@@ -16,7 +16,7 @@ use crate::config::Settings;
 use crate::delivery::{ChangeNotifier, Feed};
 use crate::store::Store;
 use crate::workers::tasks::{TaskContext, TaskRunner};
-use crate::workers::{Janitor, Scheduler};
+use crate::workers::{Janitor, PushWorker, Scheduler};
 
 /// A node that is running.
 pub struct RunningNode {
@@ -87,6 +87,14 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
         settings: settings.retention.clone(),
     };
     background.spawn(janitor.run(stop.clone()));
+    let pusher = PushWorker {
+        feed: state.feed.clone(),
+        notifier: state.notifier.clone(),
+        settings: settings.push.clone(),
+        lease_ttl: settings.scheduler.lease_ttl,
+        node: node.clone(),
+    };
+    background.spawn(pusher.run(stop.clone()));
     let scheduler = Scheduler::new(store, changes, settings.scheduler.clone(), node, catalogs);
     background.spawn(scheduler.run(stop.clone(), wake));
     let app = api::router(state);

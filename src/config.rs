@@ -29,6 +29,45 @@ pub struct Settings {
     pub api: ApiSettings,
     /// Pruning change sets past their tables' retention.
     pub retention: RetentionSettings,
+    /// The push worker (OpenSearch subscriptions).
+    pub push: PushSettings,
+}
+
+/// How the push worker claims subscriptions and retries OpenSearch.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PushSettings {
+    /// How often a node looks for push subscriptions no node is pushing.
+    #[serde(with = "humantime_serde")]
+    pub claim_interval: Duration,
+    /// How long an idle worker waits for a publish before re-reading its subscription's
+    /// state (a pause or deletion made elsewhere).
+    #[serde(with = "humantime_serde")]
+    pub idle_recheck: Duration,
+    /// Wait after OpenSearch kept failing through every retry (`backing_off`).
+    #[serde(with = "humantime_serde")]
+    pub backoff: Duration,
+    /// First wait before retrying a failed request (full jitter, doubling).
+    #[serde(with = "humantime_serde")]
+    pub retry_initial: Duration,
+    /// Longest wait between retries.
+    #[serde(with = "humantime_serde")]
+    pub retry_max: Duration,
+    /// Retries of one request before backing off.
+    pub max_retries: u32,
+}
+
+impl Default for PushSettings {
+    fn default() -> Self {
+        Self {
+            claim_interval: Duration::from_secs(2),
+            idle_recheck: Duration::from_secs(30),
+            backoff: Duration::from_secs(30),
+            retry_initial: Duration::from_millis(100),
+            retry_max: Duration::from_secs(30),
+            max_retries: 10,
+        }
+    }
 }
 
 /// How the janitor prunes change sets (the limits themselves are set per table).
@@ -113,6 +152,7 @@ impl Default for Settings {
             scheduler: SchedulerSettings::default(),
             api: ApiSettings::default(),
             retention: RetentionSettings::default(),
+            push: PushSettings::default(),
         }
     }
 }
@@ -167,6 +207,7 @@ const SETTINGS: &[&str] = &[
     "scheduler",
     "api",
     "retention",
+    "push",
 ];
 
 fn is_setting(key: &str) -> bool {

@@ -7,6 +7,7 @@ pub mod json_page;
 pub mod notify;
 pub mod opensearch;
 pub mod pull;
+pub mod push;
 pub mod selection;
 pub mod stream;
 pub mod subscription;

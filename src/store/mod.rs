@@ -2,6 +2,7 @@
 
 mod change_sets;
 mod leases;
+mod push;
 mod retention;
 mod subscriptions;
 mod tables;
@@ -14,6 +15,7 @@ use sqlx::postgres::PgPoolOptions;
 
 pub use change_sets::{CHANGES_CHANNEL, ChangeSetRecord, NewChangeSet, NewSegment, SegmentRecord};
 pub use leases::Lease;
+pub use push::{DeadLetter, NewDeadLetter, PushCommit, PushRecord};
 pub use retention::{Floor, Pruned, Retention};
 pub use subscriptions::{
     FeedLag, NewSubscription, SubscribedTable, Subscription, SubscriptionState,

@@ -20,6 +20,10 @@ pub enum SubscriptionState {
     Paused,
     /// Stopped on an error (see `last_error`).
     Failed,
+    /// A push subscription whose target keeps failing for now; it is retried later.
+    #[serde(rename = "backing_off")]
+    #[sqlx(rename = "backing_off")]
+    BackingOff,
 }
 
 /// A subscription as stored.
@@ -84,6 +88,8 @@ pub struct NewSubscription {
     pub start_position: serde_json::Value,
     /// (table, canonical start position) per slot.
     pub tables: Vec<(TableId, Position)>,
+    /// The push target (secrets included) of an `opensearch` subscription.
+    pub target: Option<serde_json::Value>,
 }
 
 /// How far a table's feed is ahead of a position.
@@ -136,6 +142,13 @@ impl Store {
         .bind(&consumed)
         .execute(&mut *tx)
         .await?;
+        if let Some(target) = &s.target {
+            sqlx::query("INSERT INTO push_targets (subscription_id, target) VALUES ($1, $2)")
+                .bind(s.id)
+                .bind(target)
+                .execute(&mut *tx)
+                .await?;
+        }
         tx.commit().await?;
         Ok(subscription)
     }

@@ -2,6 +2,7 @@
 
 mod heartbeat;
 mod janitor;
+pub mod push;
 mod rewrite;
 mod scheduler;
 mod shuffle;
@@ -10,5 +11,6 @@ pub mod tasks;
 
 pub use heartbeat::Heartbeat;
 pub use janitor::Janitor;
+pub use push::PushWorker;
 pub use scheduler::Scheduler;
 pub use sync::{SyncError, TableSync, committed_at};

@@ -27,6 +27,8 @@ pub enum Fault {
     /// Answer a `_bulk` request 200 with every item refused for now (429,
     /// `es_rejected_execution_exception`); nothing is written.
     RejectItems,
+    /// Forward the request after a pause (a slow cluster).
+    Delay(std::time::Duration),
 }
 
 #[derive(Default)]
@@ -41,6 +43,8 @@ struct State {
     script: Mutex<Script>,
     /// Requests on the scripted path that were forwarded.
     forwarded: AtomicUsize,
+    /// (request body, answer body) of forwarded requests on the scripted path.
+    exchanges: Mutex<Vec<(Bytes, Bytes)>>,
 }
 
 /// A running proxy; stops when dropped.
@@ -73,6 +77,7 @@ impl FaultProxy {
             client: reqwest::Client::new(),
             script: Mutex::default(),
             forwarded: AtomicUsize::new(0),
+            exchanges: Mutex::default(),
         });
         let serving = state.clone();
         let task = tokio::spawn(async move {
@@ -109,6 +114,12 @@ impl FaultProxy {
     pub fn forwarded(&self) -> usize {
         self.state.forwarded.load(Ordering::SeqCst)
     }
+
+    /// (request body, answer body) of every forwarded request on the scripted path, in
+    /// the order the answers came.
+    pub fn exchanges(&self) -> Vec<(Bytes, Bytes)> {
+        self.state.exchanges.lock().unwrap().clone()
+    }
 }
 
 impl Drop for FaultProxy {
@@ -139,12 +150,11 @@ async fn handle(
             &json!({"error": {"type": "injected_fault", "reason": format!("injected {status}")}, "status": status}),
         )),
         Some(Fault::RejectItems) => Ok(json_response(200, &refuse_all(&body))),
-        None => {
-            if scripted {
-                state.forwarded.fetch_add(1, Ordering::SeqCst);
-            }
-            forward(&state, parts, body).await
+        Some(Fault::Delay(pause)) => {
+            tokio::time::sleep(pause).await;
+            forward(&state, parts, body, true).await
         }
+        None => forward(&state, parts, body, scripted).await,
     }
 }
 
@@ -152,7 +162,12 @@ async fn forward(
     state: &State,
     parts: hyper::http::request::Parts,
     body: Bytes,
+    scripted: bool,
 ) -> Result<Response<Full<Bytes>>, Dropped> {
+    if scripted {
+        state.forwarded.fetch_add(1, Ordering::SeqCst);
+    }
+    let request_body = body.clone();
     let target = format!(
         "{}{}",
         state.upstream,
@@ -172,6 +187,13 @@ async fn forward(
         }
     }
     let body = answer.bytes().await.map_err(|_| Dropped)?;
+    if scripted {
+        state
+            .exchanges
+            .lock()
+            .unwrap()
+            .push((request_body, body.clone()));
+    }
     Ok(response.body(Full::new(body)).unwrap())
 }
 

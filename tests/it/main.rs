@@ -9,6 +9,7 @@ mod nodes;
 mod openapi;
 mod opensearch;
 mod oracle;
+mod push;
 mod pyiceberg;
 mod retention;
 mod sdk;

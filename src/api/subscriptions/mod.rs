@@ -1,6 +1,7 @@
 //! `/v1/subscriptions`: named consumers with committed positions, their pages and acks.
 
 pub mod model;
+pub mod push;
 mod start;
 pub mod stream;
 
@@ -32,7 +33,7 @@ use model::{
     UpdateSubscription,
 };
 
-const TAG: &str = "subscriptions";
+pub(crate) const TAG: &str = "subscriptions";
 const MAX_NAME: usize = 128;
 const MAX_TABLES: usize = 64;
 
@@ -155,7 +156,7 @@ pub(crate) async fn load(state: &AppState, id_or_name: &str) -> Result<Loaded, A
     })
 }
 
-async fn view(state: &AppState, loaded: &Loaded) -> Result<SubscriptionView, ApiError> {
+pub(crate) async fn view(state: &AppState, loaded: &Loaded) -> Result<SubscriptionView, ApiError> {
     let mut total = SubscriptionLag::default();
     let mut oldest = None;
     let mut tables = Vec::with_capacity(loaded.slots.len());
@@ -185,10 +186,11 @@ async fn view(state: &AppState, loaded: &Loaded) -> Result<SubscriptionView, Api
     }
     total.seconds = seconds_since(oldest);
     let s = &loaded.subscription;
+    let (target, push) = push::status(state, loaded).await?.unzip();
     Ok(SubscriptionView {
         id: s.id,
         name: s.name.clone(),
-        kind: SubscriptionKind::Pull,
+        kind: SubscriptionKind::from_stored(&s.kind),
         state: s.state,
         ops: s.ops.clone(),
         columns: s.columns.clone(),
@@ -197,6 +199,8 @@ async fn view(state: &AppState, loaded: &Loaded) -> Result<SubscriptionView, Api
         lag: total,
         tables,
         last_error: s.last_error.clone(),
+        target,
+        push,
         created_at: s.created_at,
         updated_at: s.updated_at,
     })
@@ -285,6 +289,7 @@ pub async fn create_subscription(
         request.columns.as_deref(),
         &available,
     )?;
+    let target = push::check_target(&request, &tables)?;
     let start = request
         .start
         .unwrap_or(SubscriptionStart::Named(SubscriptionStartName::Earliest));
@@ -301,6 +306,7 @@ pub async fn create_subscription(
         columns: selection.columns,
         start_position: serde_json::to_value(&start).expect("start serializes"),
         tables: positions,
+        target,
     };
     state
         .store
@@ -463,6 +469,7 @@ pub async fn get_subscription_events(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let loaded = load(&state, &id).await?;
+    push::ensure_pull(&loaded)?;
     loaded.ensure_active()?;
     let limit = page_limit(&state, query.limit)?;
     let wait = long_poll_wait(&state, query.wait)?;
@@ -544,6 +551,7 @@ pub async fn ack_subscription(
     Json(ack): Json<Ack>,
 ) -> Result<axum::Json<SubscriptionView>, ApiError> {
     let loaded = load(&state, &id).await?;
+    push::ensure_pull(&loaded)?;
     let acked = loaded.decode(&ack.position)?;
     let mut commit = Vec::with_capacity(acked.len());
     for ((slot, table), p) in loaded.slots.iter().zip(&loaded.tables).zip(acked) {

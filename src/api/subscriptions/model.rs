@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use crate::delivery::opensearch::OpenSearchTarget;
 use crate::store::SubscriptionState;
 
 /// Where a new subscription starts reading each of its tables.
@@ -52,6 +53,8 @@ pub enum SubscriptionKind {
     /// The consumer pulls pages or opens a stream, and acknowledges positions.
     #[default]
     Pull,
+    /// icefeed pushes the events into an OpenSearch index (see `target`).
+    Opensearch,
 }
 
 impl SubscriptionKind {
@@ -59,6 +62,15 @@ impl SubscriptionKind {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Pull => "pull",
+            Self::Opensearch => "opensearch",
+        }
+    }
+
+    /// The kind of a stored name.
+    pub fn from_stored(name: &str) -> Self {
+        match name {
+            "opensearch" => Self::Opensearch,
+            _ => Self::Pull,
         }
     }
 }
@@ -87,6 +99,10 @@ pub struct CreateSubscription {
     /// Delivery kind; default `pull`.
     #[serde(default)]
     pub kind: Option<SubscriptionKind>,
+    /// Where an `opensearch` subscription writes (required for that kind, refused for
+    /// `pull`). Secrets are stored but never shown back.
+    #[serde(default)]
+    pub target: Option<OpenSearchTarget>,
 }
 
 /// Body of `PATCH /v1/subscriptions/{id}`.
@@ -156,6 +172,12 @@ pub struct SubscriptionView {
     pub tables: Vec<SubscribedTableView>,
     /// Why the subscription failed, if it did.
     pub last_error: Option<String>,
+    /// The OpenSearch target of a push subscription, secrets shown as `********`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<OpenSearchTarget>,
+    /// Progress of a push subscription.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub push: Option<PushStatus>,
     /// Creation time.
     pub created_at: DateTime<Utc>,
     /// Last change of the subscription or its state.
@@ -167,4 +189,118 @@ pub struct SubscriptionView {
 pub struct SubscriptionList {
     /// The subscriptions, oldest first.
     pub subscriptions: Vec<SubscriptionView>,
+}
+
+/// What a push worker is doing with a subscription.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PushState {
+    /// Pushing, or waiting for new events (caught up).
+    Running,
+    /// OpenSearch kept failing through every retry; trying again at `retry_at`.
+    BackingOff,
+    /// Paused by an operator.
+    Paused,
+    /// Stopped; `last_error` says why. Resume with `PATCH {"paused": false}`.
+    Failed,
+}
+
+/// Progress of a push subscription.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct PushStatus {
+    /// What the worker is doing.
+    pub state: PushState,
+    /// The node pushing it now, if any.
+    pub node: Option<String>,
+    /// Documents written (inserts and updates).
+    pub documents_indexed: i64,
+    /// Documents deleted.
+    pub documents_deleted: i64,
+    /// Changes OpenSearch already had at that version or newer (replays).
+    pub documents_skipped: i64,
+    /// Events sent to the dead letters.
+    pub documents_rejected: i64,
+    /// Dead letters waiting now (redriven and superseded ones are gone).
+    pub dead_letters: i64,
+    /// The last failure, retried or not.
+    pub last_error: Option<String>,
+    /// When it happened.
+    pub last_error_at: Option<DateTime<Utc>>,
+    /// While backing off: the next attempt.
+    pub retry_at: Option<DateTime<Utc>>,
+    /// The last batch committed.
+    pub last_pushed_at: Option<DateTime<Utc>>,
+}
+
+/// Body of `POST /v1/subscriptions/{id}/rewind`: exactly one of the fields.
+#[derive(Clone, Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Rewind {
+    /// A cursor of this subscription (an event's `position`, a dead letter's, or an
+    /// earlier `committed`): continue after it.
+    #[serde(default)]
+    pub position: Option<String>,
+    /// Continue after this snapshot's change set (as `start` does).
+    #[serde(default)]
+    pub snapshot_id: Option<i64>,
+    /// Continue with the first change set committed at or after this time.
+    #[serde(default)]
+    pub timestamp: Option<DateTime<Utc>>,
+    /// `true`: continue with the oldest retained event.
+    #[serde(default)]
+    pub earliest: Option<bool>,
+}
+
+/// An event the index refused for good, or that could not be made into a document.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct DeadLetterView {
+    /// Id, for `redrive`.
+    pub id: i64,
+    /// The subscription cursor just after the event.
+    pub position: String,
+    /// The event, as `GET …/events` renders it.
+    #[schema(value_type = Object)]
+    pub event: serde_json::Value,
+    /// The target index; absent when it could not be computed.
+    pub index: Option<String>,
+    /// The document id; absent when it could not be computed.
+    pub document_id: Option<String>,
+    /// The external version sent (the change's sequence number).
+    pub version: i64,
+    /// OpenSearch's error type (e.g. `mapper_parsing_exception`), or
+    /// `icefeed_unrenderable_event` when no id, index or routing could be computed.
+    pub error_type: String,
+    /// Why.
+    pub reason: String,
+    /// When it was refused (last).
+    pub created_at: DateTime<Utc>,
+}
+
+/// A page of dead letters.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct DeadLetterPage {
+    /// Oldest first.
+    pub dead_letters: Vec<DeadLetterView>,
+    /// Pass as `after` for the next page; absent on the last page.
+    pub next: Option<i64>,
+}
+
+/// Body of `POST /v1/subscriptions/{id}/dead-letters/redrive`.
+#[derive(Clone, Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Redrive {
+    /// Dead letters to send again; default every one.
+    #[serde(default)]
+    pub ids: Option<Vec<i64>>,
+}
+
+/// What a redrive did.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct RedriveResult {
+    /// Dead letters sent again.
+    pub sent: usize,
+    /// Those that went through (or were superseded by a newer version) and are gone.
+    pub resolved: usize,
+    /// Those refused again, with their new reasons; they stay.
+    pub rejected: Vec<DeadLetterView>,
 }

@@ -50,7 +50,7 @@ pub struct SubscriptionStreamQuery {
         (status = 200, description = "An endless stream of `change` events", content_type = "text/event-stream", body = String),
         (status = 400, description = "Malformed or foreign cursor, or limit out of range", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The subscription is paused", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The subscription is paused, or pushes into OpenSearch", body = Problem, content_type = "application/problem+json"),
         (status = 410, description = "Retention removed events the subscription had not consumed", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -61,6 +61,7 @@ pub async fn stream_subscription(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let loaded = Arc::new(load(&state, &id).await?);
+    super::push::ensure_pull(&loaded)?;
     loaded.ensure_active()?;
     let limit = page_limit(&state, query.limit)?;
     let start = loaded.start(resume_cursor(&headers, query.after.as_deref())?)?;

@@ -1,0 +1,392 @@
+//! Push subscriptions: checking their target at creation, their status, rewinds, and
+//! their dead letters.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
+use utoipa::IntoParams;
+
+use super::model::{
+    CreateSubscription, DeadLetterPage, DeadLetterView, PushState, PushStatus, Redrive,
+    RedriveResult, Rewind, SubscriptionKind, SubscriptionStart, SubscriptionStartName,
+    SubscriptionView,
+};
+use super::{Loaded, TAG, load, start, view};
+use crate::api::AppState;
+use crate::api::error::{ApiError, Problem};
+use crate::api::extract::{Json, Path, Query};
+use crate::delivery::opensearch::{
+    ItemOutcome, OpenSearchClient, OpenSearchTarget, PushTarget, RetryPolicy, SendError,
+};
+use crate::delivery::push::{ItemError, UNRENDERABLE, item_for_event, send_items};
+use crate::store::{DeadLetter, SourceTable, SubscriptionState};
+
+/// Dead letters per page by default, and at most.
+const DEAD_LETTER_LIMITS: (u32, u32) = (100, 1000);
+
+/// Checks the kind and target of a new subscription; the target to store, if any.
+pub(super) fn check_target(
+    request: &CreateSubscription,
+    tables: &[SourceTable],
+) -> Result<Option<serde_json::Value>, ApiError> {
+    let kind = request.kind.unwrap_or_default();
+    let target = match (kind, &request.target) {
+        (SubscriptionKind::Pull, None) => return Ok(None),
+        (SubscriptionKind::Pull, Some(_)) => {
+            return Err(ApiError::bad_request(
+                "target_not_allowed",
+                "a pull subscription has no target; set \"kind\": \"opensearch\" to push",
+            ));
+        }
+        (SubscriptionKind::Opensearch, None) => {
+            return Err(ApiError::bad_request(
+                "target_required",
+                "an opensearch subscription needs a `target`: endpoints and index at least",
+            ));
+        }
+        (SubscriptionKind::Opensearch, Some(target)) => target,
+    };
+    let checked = PushTarget::new(target.clone())
+        .map_err(|e| ApiError::bad_request("invalid_target", e.to_string()))?;
+    for table in tables {
+        if checked.config.document_id.is_none() && table.identifier_columns.is_empty() {
+            return Err(ApiError::bad_request(
+                "document_id_required",
+                format!(
+                    "table {} has no identifier columns, so documents have no natural id; \
+                     give `target.document_id`, or register the table with identifier_columns",
+                    table.table_name
+                ),
+            ));
+        }
+        if table.checkpoint_sequence_number == Some(0) {
+            return Err(ApiError::bad_request(
+                "unsupported_table_format",
+                format!(
+                    "table {} is in Iceberg format v1 (sequence number 0): external versions \
+                     cannot order its changes; upgrade it to format v2 to push it",
+                    table.table_name
+                ),
+            ));
+        }
+    }
+    Ok(Some(
+        serde_json::to_value(&checked.config).expect("targets serialize"),
+    ))
+}
+
+/// The redacted target and progress of a push subscription.
+pub(super) async fn status(
+    state: &AppState,
+    loaded: &Loaded,
+) -> Result<Option<(OpenSearchTarget, PushStatus)>, ApiError> {
+    let s = &loaded.subscription;
+    if SubscriptionKind::from_stored(&s.kind) != SubscriptionKind::Opensearch {
+        return Ok(None);
+    }
+    let record = state.store.push_record(s.id).await?;
+    let target: OpenSearchTarget = serde_json::from_value(record.target)
+        .map_err(|e| ApiError::internal(&format!("stored target unreadable: {e}")))?;
+    let (node, dead_letters) = state.store.push_holder_and_dead_letters(s.id).await?;
+    let push_state = match s.state {
+        SubscriptionState::Active => PushState::Running,
+        SubscriptionState::BackingOff => PushState::BackingOff,
+        SubscriptionState::Paused => PushState::Paused,
+        SubscriptionState::Failed => PushState::Failed,
+    };
+    Ok(Some((
+        target.redacted(),
+        PushStatus {
+            state: push_state,
+            node,
+            documents_indexed: record.documents_indexed,
+            documents_deleted: record.documents_deleted,
+            documents_skipped: record.documents_skipped,
+            documents_rejected: record.documents_rejected,
+            dead_letters,
+            last_error: record.last_error,
+            last_error_at: record.last_error_at,
+            retry_at: record.retry_at,
+            last_pushed_at: record.last_pushed_at,
+        },
+    )))
+}
+
+/// Refuses pages and acks of a push subscription: the push worker reads it.
+pub(super) fn ensure_pull(loaded: &Loaded) -> Result<(), ApiError> {
+    if SubscriptionKind::from_stored(&loaded.subscription.kind) == SubscriptionKind::Pull {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::CONFLICT,
+        "push_subscription",
+        format!(
+            "subscription {} pushes into OpenSearch; its events are read by the push worker, \
+             not pulled. GET /v1/subscriptions/{} shows its progress",
+            loaded.subscription.name, loaded.subscription.id
+        ),
+    ))
+}
+
+fn ensure_push(loaded: &Loaded) -> Result<(), ApiError> {
+    match ensure_pull(loaded) {
+        Ok(()) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "not_a_push_subscription",
+            format!(
+                "subscription {} is a pull subscription; it has no dead letters",
+                loaded.subscription.name
+            ),
+        )),
+        Err(_) => Ok(()),
+    }
+}
+
+/// Rewind a subscription.
+///
+/// Moves the committed position back, to a cursor of the subscription, a snapshot, a
+/// time, or the earliest retained event. A push subscription re-sends from there: the
+/// external versions keep documents from moving backwards, except that a document whose
+/// delete OpenSearch already forgot (`index.gc_deletes`) reappears until the replay
+/// reaches that delete again.
+#[utoipa::path(
+    post, path = "/v1/subscriptions/{id}/rewind", tag = TAG, operation_id = "rewindSubscription",
+    params(("id" = String, Path, description = "Subscription id or name")),
+    request_body = Rewind,
+    responses(
+        (status = 200, description = "The subscription with its new committed position", body = SubscriptionView),
+        (status = 400, description = "Not exactly one of the fields, or a malformed or foreign cursor", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The position is after the committed one", body = Problem, content_type = "application/problem+json"),
+        (status = 410, description = "Retention removed events after the position", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The snapshot has no published change set; the body has unknown fields or wrong types", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn rewind_subscription(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Json(rewind): Json<Rewind>,
+) -> Result<axum::Json<SubscriptionView>, ApiError> {
+    let loaded = load(&state, &id).await?;
+    let given = [
+        rewind.position.is_some(),
+        rewind.snapshot_id.is_some(),
+        rewind.timestamp.is_some(),
+        rewind.earliest == Some(true),
+    ];
+    if given.iter().filter(|g| **g).count() != 1 {
+        return Err(ApiError::bad_request(
+            "invalid_rewind",
+            "give exactly one of position, snapshot_id, timestamp or \"earliest\": true",
+        ));
+    }
+    let mut positions = Vec::with_capacity(loaded.tables.len());
+    if let Some(cursor) = &rewind.position {
+        for (table, p) in loaded.tables.iter().zip(loaded.decode(cursor)?) {
+            let canonical = state.store.canonical_position(table.id, p).await?;
+            positions.push(canonical.ok_or_else(|| {
+                ApiError::bad_request(
+                    "position_not_found",
+                    "the cursor points past the end of a table's feed",
+                )
+            })?);
+        }
+    } else {
+        let start = match (rewind.snapshot_id, rewind.timestamp) {
+            (Some(snapshot_id), _) => SubscriptionStart::SnapshotId { snapshot_id },
+            (_, Some(timestamp)) => SubscriptionStart::Timestamp { timestamp },
+            _ => SubscriptionStart::Named(SubscriptionStartName::Earliest),
+        };
+        for table in &loaded.tables {
+            positions.push(start::resolve(&state, &start, table, loaded.tables.len()).await?);
+        }
+    }
+    for ((slot, table), p) in loaded.slots.iter().zip(&loaded.tables).zip(&positions) {
+        let committed = state
+            .store
+            .canonical_position(table.id, slot.committed)
+            .await?
+            .unwrap_or(slot.committed);
+        if *p > committed {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "rewind_forward",
+                format!(
+                    "the position is after the committed position on table {}; a rewind only \
+                     moves back",
+                    table.table_name
+                ),
+            ));
+        }
+    }
+    loaded.ensure_retained(&state, &positions).await?;
+    let tables: Vec<_> = loaded.tables.iter().map(|t| t.id).collect();
+    state
+        .store
+        .rewind_subscription(loaded.subscription.id, &tables, &positions)
+        .await?;
+    let loaded = load(&state, &id).await?;
+    Ok(axum::Json(view(&state, &loaded).await?))
+}
+
+/// Query parameters of a dead-letter page.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DeadLetterQuery {
+    /// Continue after this dead letter id (a page's `next`).
+    pub after: Option<i64>,
+    /// Dead letters per page: 1 to 1000, default 100.
+    pub limit: Option<u32>,
+}
+
+fn dead_letter_view(d: DeadLetter) -> DeadLetterView {
+    DeadLetterView {
+        id: d.id,
+        position: d.position,
+        event: d.event,
+        index: d.index_name,
+        document_id: d.document_id,
+        version: d.version,
+        error_type: d.error_type,
+        reason: d.reason,
+        created_at: d.created_at,
+    }
+}
+
+/// List a push subscription's dead letters.
+#[utoipa::path(
+    get, path = "/v1/subscriptions/{id}/dead-letters", tag = TAG, operation_id = "listDeadLetters",
+    params(("id" = String, Path, description = "Subscription id or name"), DeadLetterQuery),
+    responses(
+        (status = 200, description = "A page of dead letters", body = DeadLetterPage),
+        (status = 400, description = "Malformed query, or limit out of range", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A pull subscription", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn list_dead_letters(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<DeadLetterQuery>,
+) -> Result<axum::Json<DeadLetterPage>, ApiError> {
+    let loaded = load(&state, &id).await?;
+    ensure_push(&loaded)?;
+    let (default, max) = DEAD_LETTER_LIMITS;
+    let limit = query.limit.unwrap_or(default);
+    if limit == 0 || limit > max {
+        return Err(ApiError::bad_request(
+            "limit_out_of_range",
+            format!("limit must be between 1 and {max}"),
+        ));
+    }
+    let rows = state
+        .store
+        .dead_letters(
+            loaded.subscription.id,
+            query.after.unwrap_or(0),
+            limit as i64,
+        )
+        .await?;
+    let next = (rows.len() == limit as usize)
+        .then(|| rows.last().map(|d| d.id))
+        .flatten();
+    Ok(axum::Json(DeadLetterPage {
+        dead_letters: rows.into_iter().map(dead_letter_view).collect(),
+        next,
+    }))
+}
+
+/// Send dead letters again.
+///
+/// Rebuilds each listed dead letter's document from its event and sends it with its
+/// original version. Those that go through (or that OpenSearch already has in a newer
+/// version) are removed; those refused again stay, with the new reason.
+#[utoipa::path(
+    post, path = "/v1/subscriptions/{id}/dead-letters/redrive", tag = TAG, operation_id = "redriveDeadLetters",
+    params(("id" = String, Path, description = "Subscription id or name")),
+    request_body = Redrive,
+    responses(
+        (status = 200, description = "What became of the dead letters", body = RedriveResult),
+        (status = 400, description = "Malformed body", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A pull subscription", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The body has unknown fields or wrong types", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "OpenSearch refused the requests or kept failing; nothing was removed", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn redrive_dead_letters(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Json(redrive): Json<Redrive>,
+) -> Result<axum::Json<RedriveResult>, ApiError> {
+    let loaded = load(&state, &id).await?;
+    ensure_push(&loaded)?;
+    let sub = loaded.subscription.id;
+    let letters = match &redrive.ids {
+        Some(ids) => state.store.dead_letters_by_id(sub, ids).await?,
+        None => state.store.dead_letters(sub, 0, i64::MAX).await?,
+    };
+    let record = state.store.push_record(sub).await?;
+    let target = PushTarget::from_json(&record.target)
+        .map_err(|e| ApiError::internal(&format!("stored target unreadable: {e}")))?;
+    let client = OpenSearchClient::new(&target)
+        .map_err(|e| ApiError::bad_request("invalid_target", e.to_string()))?;
+    let mut items = Vec::new();
+    let mut sent = Vec::new();
+    let mut again = Vec::new();
+    for letter in &letters {
+        let line = serde_json::to_vec(&letter.event).expect("JSON values serialize");
+        match item_for_event(&line, &target, &loaded.tables) {
+            Ok(item) => {
+                items.push(item);
+                sent.push(letter);
+            }
+            Err(ItemError::Render(e)) => {
+                again.push((letter, UNRENDERABLE.to_string(), e.to_string()))
+            }
+            Err(e) => return Err(ApiError::internal(&e)),
+        }
+    }
+    let policy = RetryPolicy {
+        initial_delay: state.settings.push.retry_initial,
+        max_delay: state.settings.push.retry_max,
+        max_retries: state.settings.push.max_retries,
+    };
+    let outcomes = send_items(&client, &target, &items, &policy, &CancellationToken::new())
+        .await
+        .map_err(|e| {
+            let code = match e {
+                SendError::Refused(_) => "opensearch_refused",
+                _ => "opensearch_unavailable",
+            };
+            ApiError::new(StatusCode::BAD_GATEWAY, code, e.to_string())
+        })?;
+    let mut resolved = Vec::new();
+    for (letter, outcome) in sent.into_iter().zip(outcomes) {
+        match outcome {
+            ItemOutcome::Applied | ItemOutcome::AlreadyApplied => resolved.push(letter.id),
+            ItemOutcome::Rejected(e) => again.push((letter, e.error_type, e.reason)),
+        }
+    }
+    let updates: Vec<_> = again
+        .iter()
+        .map(|(l, t, r)| (l.id, t.clone(), r.clone()))
+        .collect();
+    state.store.settle_redrive(sub, &resolved, &updates).await?;
+    let rejected = again
+        .into_iter()
+        .map(|(l, error_type, reason)| {
+            dead_letter_view(DeadLetter {
+                error_type,
+                reason,
+                ..l.clone()
+            })
+        })
+        .collect();
+    Ok(axum::Json(RedriveResult {
+        sent: letters.len(),
+        resolved: resolved.len(),
+        rejected,
+    }))
+}

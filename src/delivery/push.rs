@@ -1,0 +1,153 @@
+//! Turning change events into OpenSearch bulk items, and sending them: shared by the push
+//! worker (events just read from the feed) and redrives (events kept as dead letters).
+//!
+//! Events are rendered once by [`super::JsonSink`] as canonical JSON lines, the form a
+//! dead letter keeps; the document is the event's `after` object taken verbatim from
+//! that line, so a redrive rebuilds exactly the item the worker sent.
+
+use std::borrow::Cow;
+use std::ops::Range;
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::opensearch::{
+    BulkAction, BulkItem, DocumentId, ItemOutcome, OpenSearchClient, PushTarget, RenderError,
+    RetryPolicy, SendError, retry, split,
+};
+use crate::store::SourceTable;
+
+/// Why an event cannot become a bulk item.
+#[derive(Debug, thiserror::Error)]
+pub enum ItemError {
+    /// This event has no valid document id, index or routing; it goes to the dead letters.
+    #[error(transparent)]
+    Render(#[from] RenderError),
+    /// The table is in format v1: every change has sequence number 0, so external
+    /// versions cannot order them. The subscription cannot push it.
+    #[error(
+        "table {0} has sequence number 0 (Iceberg format v1): external versions cannot order \
+         its changes; upgrade the table to format v2 to push it"
+    )]
+    FormatV1(String),
+    /// The line is not an event as icefeed renders them.
+    #[error("unreadable event: {0}")]
+    Malformed(String),
+}
+
+/// The fields of a rendered event that make the item; strings borrowed where possible.
+#[derive(Deserialize)]
+struct EventView<'a> {
+    #[serde(borrow)]
+    op: Cow<'a, str>,
+    #[serde(borrow)]
+    table: Cow<'a, str>,
+    #[serde(borrow, default)]
+    key: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    before: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    after: Option<&'a RawValue>,
+    sequence_number: i64,
+    committed_at: DateTime<Utc>,
+}
+
+fn object(raw: Option<&RawValue>) -> Result<Map<String, Value>, ItemError> {
+    match raw {
+        None => Ok(Map::new()),
+        Some(raw) => {
+            serde_json::from_str(raw.get()).map_err(|e| ItemError::Malformed(e.to_string()))
+        }
+    }
+}
+
+/// Builds the bulk item of one event (a line of [`super::JsonSink`] JSON) of `tables`.
+pub fn item_for_event(
+    line: &[u8],
+    target: &PushTarget,
+    tables: &[SourceTable],
+) -> Result<BulkItem, ItemError> {
+    let event: EventView =
+        serde_json::from_slice(line).map_err(|e| ItemError::Malformed(e.to_string()))?;
+    let table = tables
+        .iter()
+        .find(|t| t.table_name == event.table)
+        .ok_or_else(|| ItemError::Malformed(format!("unknown table {}", event.table)))?;
+    if event.sequence_number <= 0 {
+        return Err(ItemError::FormatV1(table.table_name.clone()));
+    }
+    let delete = event.op == "delete";
+    // The row the id and routing come from: the new row, or the deleted one.
+    let row = if delete { event.before } else { event.after };
+    let row_map = || object(row);
+    let id = match &target.document_id {
+        DocumentId::IdentifierColumns => target
+            .document_id
+            .render(&table.identifier_columns, &object(event.key)?)?,
+        DocumentId::Template(_) => target.document_id.render(&[], &row_map()?)?,
+    };
+    let routing = match &target.routing {
+        Some(template) => Some(template.render(&row_map()?)?),
+        None => None,
+    };
+    let index = target
+        .index
+        .render(&table.namespace.join("."), &table.name, event.committed_at)?;
+    let action = if delete {
+        BulkAction::Delete
+    } else {
+        let after = event
+            .after
+            .ok_or_else(|| ItemError::Malformed("an insert or update without `after`".into()))?;
+        BulkAction::Index(Bytes::copy_from_slice(after.get().as_bytes()))
+    };
+    Ok(BulkItem {
+        index,
+        id,
+        routing,
+        version: event.sequence_number,
+        action,
+    })
+}
+
+/// Creates the indices `items` go to (once per client), then sends `items` in runs
+/// within the target's batch limits; one outcome per item, in order.
+pub async fn send_items(
+    client: &OpenSearchClient,
+    target: &PushTarget,
+    items: &[BulkItem],
+    policy: &RetryPolicy,
+    cancel: &CancellationToken,
+) -> Result<Vec<ItemOutcome>, SendError> {
+    let mut created: Vec<&str> = Vec::new();
+    for item in items {
+        if !created.contains(&item.index.as_str()) {
+            let (settings, mappings) = (
+                target.config.index_settings.as_ref(),
+                target.config.mappings.as_ref(),
+            );
+            retry(policy, cancel, || {
+                client.ensure_index(&item.index, settings, mappings)
+            })
+            .await?;
+            created.push(&item.index);
+        }
+    }
+    let mut outcomes = Vec::with_capacity(items.len());
+    for run in split(items, &target.config.batch) {
+        let Range { start, end } = run;
+        outcomes.extend(
+            client
+                .send_batch(&items[start..end], policy, cancel)
+                .await?,
+        );
+    }
+    Ok(outcomes)
+}
+
+/// The error type recorded for an event that could not be made into a document.
+pub const UNRENDERABLE: &str = "icefeed_unrenderable_event";

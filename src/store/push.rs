@@ -1,0 +1,379 @@
+//! Push subscriptions: their targets, progress counters, fenced commits and dead letters.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::leases::{Lease, fence};
+use super::{CHANGES_CHANNEL, Store, StoreError, TableId};
+use crate::changes::Position;
+
+/// A push subscription's target and progress.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct PushRecord {
+    /// The target as registered, secrets included.
+    pub target: serde_json::Value,
+    pub documents_indexed: i64,
+    pub documents_deleted: i64,
+    pub documents_skipped: i64,
+    pub documents_rejected: i64,
+    pub last_error: Option<String>,
+    pub last_error_at: Option<DateTime<Utc>>,
+    pub retry_at: Option<DateTime<Utc>>,
+    pub last_pushed_at: Option<DateTime<Utc>>,
+}
+
+/// An event the index refused, or that could not be made into a document.
+#[derive(Clone, Debug)]
+pub struct NewDeadLetter {
+    pub position: String,
+    pub event: serde_json::Value,
+    pub index_name: Option<String>,
+    pub document_id: Option<String>,
+    pub version: i64,
+    pub error_type: String,
+    pub reason: String,
+}
+
+/// A stored dead letter.
+#[derive(Clone, Debug, sqlx::FromRow)]
+pub struct DeadLetter {
+    pub id: i64,
+    pub position: String,
+    pub event: serde_json::Value,
+    pub index_name: Option<String>,
+    pub document_id: Option<String>,
+    pub version: i64,
+    pub error_type: String,
+    pub reason: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// What one settled batch did.
+#[derive(Clone, Debug, Default)]
+pub struct PushCommit {
+    pub indexed: i64,
+    pub deleted: i64,
+    pub skipped: i64,
+    pub dead: Vec<NewDeadLetter>,
+    /// (document id, version) of every change written or already there: older dead
+    /// letters of those documents are superseded, and redriving them could only
+    /// resurrect stale data once OpenSearch forgot a delete.
+    pub settled: Vec<(String, i64)>,
+}
+
+const DEAD_COLUMNS: &str =
+    "id, position, event, index_name, document_id, version, error_type, reason, created_at";
+
+impl Store {
+    /// The target and progress of push subscription `id`.
+    pub async fn push_record(&self, id: Uuid) -> Result<PushRecord, StoreError> {
+        sqlx::query_as(
+            "SELECT target, documents_indexed, documents_deleted, documents_skipped, \
+                    documents_rejected, last_error, last_error_at, retry_at, last_pushed_at \
+               FROM push_targets WHERE subscription_id = $1",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or(StoreError::NotFound)
+    }
+
+    /// The node holding push subscription `id`'s lease, and its dead letters waiting.
+    pub async fn push_holder_and_dead_letters(
+        &self,
+        id: Uuid,
+    ) -> Result<(Option<String>, i64), StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT (SELECT owner FROM leases WHERE name = 'subscription:' || $1::text                        AND expires_at > now()),                     (SELECT count(*) FROM dead_letters WHERE subscription_id = $1)",
+        )
+        .bind(id)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    /// Push subscriptions that want a worker (active, or backing off) and whose lease
+    /// nobody holds.
+    pub async fn unclaimed_push_subscriptions(&self) -> Result<Vec<Uuid>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT s.id FROM subscriptions s \
+               LEFT JOIN leases l ON l.name = 'subscription:' || s.id::text \
+              WHERE s.kind = 'opensearch' AND s.state IN ('active', 'backing_off') \
+                AND (l.name IS NULL OR l.expires_at <= now()) \
+              ORDER BY s.created_at",
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    /// Records a settled batch and moves the committed positions from `expected` to
+    /// `next`, if `lease` is still held and nobody moved them meanwhile (a rewind).
+    /// Returns false, writing nothing, when they were moved.
+    pub async fn commit_push(
+        &self,
+        lease: &Lease,
+        id: Uuid,
+        expected: &[Position],
+        next: &[Position],
+        batch: &PushCommit,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        fence(&mut tx, lease).await?;
+        let committed: Vec<(i64, i64)> = sqlx::query_as(
+            "SELECT committed_ordinal, committed_consumed FROM subscription_tables \
+              WHERE subscription_id = $1 ORDER BY slot FOR UPDATE",
+        )
+        .bind(id)
+        .fetch_all(&mut *tx)
+        .await?;
+        let unchanged = committed.len() == expected.len()
+            && committed
+                .iter()
+                .zip(expected)
+                .all(|(c, e)| *c == (e.ordinal, e.consumed));
+        if !unchanged {
+            return Ok(false);
+        }
+        sqlx::query(
+            "UPDATE subscription_tables t SET committed_ordinal = u.o, committed_consumed = u.c, \
+                    delivered_ordinal = greatest(t.delivered_ordinal, u.o), \
+                    delivered_consumed = CASE WHEN u.o > t.delivered_ordinal THEN u.c \
+                      WHEN u.o = t.delivered_ordinal THEN greatest(u.c, t.delivered_consumed) \
+                      ELSE t.delivered_consumed END \
+               FROM unnest($2::bigint[], $3::bigint[]) WITH ORDINALITY AS u(o, c, n) \
+              WHERE t.subscription_id = $1 AND t.slot = u.n - 1",
+        )
+        .bind(id)
+        .bind(next.iter().map(|p| p.ordinal).collect::<Vec<_>>())
+        .bind(next.iter().map(|p| p.consumed).collect::<Vec<_>>())
+        .execute(&mut *tx)
+        .await?;
+        // Inserted first: a later change in the same batch supersedes them too.
+        insert_dead_letters(&mut tx, id, &batch.dead).await?;
+        if !batch.settled.is_empty() {
+            sqlx::query(
+                "DELETE FROM dead_letters d USING unnest($2::text[], $3::bigint[]) AS u(doc, v) \
+                  WHERE d.subscription_id = $1 AND d.document_id = u.doc AND d.version < u.v",
+            )
+            .bind(id)
+            .bind(batch.settled.iter().map(|(d, _)| d).collect::<Vec<_>>())
+            .bind(batch.settled.iter().map(|(_, v)| *v).collect::<Vec<_>>())
+            .execute(&mut *tx)
+            .await?;
+        }
+        sqlx::query(
+            "UPDATE push_targets SET documents_indexed = documents_indexed + $2, \
+                    documents_deleted = documents_deleted + $3, \
+                    documents_skipped = documents_skipped + $4, \
+                    documents_rejected = documents_rejected + $5, last_pushed_at = now() \
+              WHERE subscription_id = $1",
+        )
+        .bind(id)
+        .bind(batch.indexed)
+        .bind(batch.deleted)
+        .bind(batch.skipped)
+        .bind(batch.dead.len() as i64)
+        .execute(&mut *tx)
+        .await?;
+        // Back to running after a backoff.
+        sqlx::query(
+            "UPDATE subscriptions SET state = 'active', updated_at = now() \
+              WHERE id = $1 AND state = 'backing_off'",
+        )
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("UPDATE push_targets SET retry_at = NULL WHERE subscription_id = $1")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(true)
+    }
+
+    /// Records a failure that the worker will retry at `retry_at`.
+    pub async fn push_backing_off(
+        &self,
+        lease: &Lease,
+        id: Uuid,
+        error: &str,
+        retry_at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.push_trouble(lease, id, "backing_off", error, Some(retry_at))
+            .await
+    }
+
+    /// Stops a push subscription for good: `failed` with `reason` until resumed.
+    pub async fn push_failed(
+        &self,
+        lease: &Lease,
+        id: Uuid,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        self.push_trouble(lease, id, "failed", reason, None).await
+    }
+
+    /// Moves a running push subscription to `state` and records `error`; the
+    /// subscription's own `last_error` says why it stopped, so only `failed` sets it.
+    async fn push_trouble(
+        &self,
+        lease: &Lease,
+        id: Uuid,
+        state: &str,
+        error: &str,
+        retry_at: Option<DateTime<Utc>>,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        fence(&mut tx, lease).await?;
+        sqlx::query(
+            "UPDATE subscriptions SET state = $2, updated_at = now(), \
+                    last_error = CASE WHEN $2 = 'failed' THEN $3 ELSE last_error END \
+              WHERE id = $1 AND state IN ('active', 'backing_off')",
+        )
+        .bind(id)
+        .bind(state)
+        .bind(error)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "UPDATE push_targets SET last_error = $2, last_error_at = now(), retry_at = $3 \
+              WHERE subscription_id = $1",
+        )
+        .bind(id)
+        .bind(error)
+        .bind(retry_at)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Sets the committed positions (a rewind) and wakes whoever waits on the tables, so
+    /// that a push worker idle on them starts over at once.
+    pub async fn rewind_subscription(
+        &self,
+        id: Uuid,
+        tables: &[TableId],
+        positions: &[Position],
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "UPDATE subscription_tables t SET committed_ordinal = u.o, committed_consumed = u.c \
+               FROM unnest($2::bigint[], $3::bigint[]) WITH ORDINALITY AS u(o, c, n) \
+              WHERE t.subscription_id = $1 AND t.slot = u.n - 1",
+        )
+        .bind(id)
+        .bind(positions.iter().map(|p| p.ordinal).collect::<Vec<_>>())
+        .bind(positions.iter().map(|p| p.consumed).collect::<Vec<_>>())
+        .execute(&mut *tx)
+        .await?;
+        for table in tables {
+            sqlx::query("SELECT pg_notify($1, $2)")
+                .bind(CHANGES_CHANNEL)
+                .bind(table.to_string())
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Dead letters of `id` after dead letter `after`, oldest first.
+    pub async fn dead_letters(
+        &self,
+        id: Uuid,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        let sql = format!(
+            "SELECT {DEAD_COLUMNS} FROM dead_letters \
+              WHERE subscription_id = $1 AND id > $2 ORDER BY id LIMIT $3"
+        );
+        Ok(sqlx::query_as(&sql)
+            .bind(id)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
+    /// Dead letters of `id` with these ids.
+    pub async fn dead_letters_by_id(
+        &self,
+        id: Uuid,
+        ids: &[i64],
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        let sql = format!(
+            "SELECT {DEAD_COLUMNS} FROM dead_letters \
+              WHERE subscription_id = $1 AND id = ANY($2) ORDER BY id"
+        );
+        Ok(sqlx::query_as(&sql)
+            .bind(id)
+            .bind(ids)
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
+    /// After a redrive: forgets the dead letters that went through and records the new
+    /// reasons of those refused again.
+    pub async fn settle_redrive(
+        &self,
+        id: Uuid,
+        resolved: &[i64],
+        again: &[(i64, String, String)],
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM dead_letters WHERE subscription_id = $1 AND id = ANY($2)")
+            .bind(id)
+            .bind(resolved)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query(
+            "UPDATE dead_letters d SET error_type = u.t, reason = u.r, created_at = now() \
+               FROM unnest($2::bigint[], $3::text[], $4::text[]) AS u(i, t, r) \
+              WHERE d.subscription_id = $1 AND d.id = u.i",
+        )
+        .bind(id)
+        .bind(again.iter().map(|(i, _, _)| *i).collect::<Vec<_>>())
+        .bind(again.iter().map(|(_, t, _)| t).collect::<Vec<_>>())
+        .bind(again.iter().map(|(_, _, r)| r).collect::<Vec<_>>())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+async fn insert_dead_letters(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    id: Uuid,
+    dead: &[NewDeadLetter],
+) -> Result<(), StoreError> {
+    if dead.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "INSERT INTO dead_letters (subscription_id, position, event, index_name, document_id, \
+                                   version, error_type, reason) \
+         SELECT $1, * FROM unnest($2::text[], $3::jsonb[], $4::text[], $5::text[], \
+                                  $6::bigint[], $7::text[], $8::text[])",
+    )
+    .bind(id)
+    .bind(dead.iter().map(|d| &d.position).collect::<Vec<_>>())
+    .bind(dead.iter().map(|d| &d.event).collect::<Vec<_>>())
+    .bind(
+        dead.iter()
+            .map(|d| d.index_name.as_deref())
+            .collect::<Vec<_>>(),
+    )
+    .bind(
+        dead.iter()
+            .map(|d| d.document_id.as_deref())
+            .collect::<Vec<_>>(),
+    )
+    .bind(dead.iter().map(|d| d.version).collect::<Vec<_>>())
+    .bind(dead.iter().map(|d| &d.error_type).collect::<Vec<_>>())
+    .bind(dead.iter().map(|d| &d.reason).collect::<Vec<_>>())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}

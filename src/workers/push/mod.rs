@@ -1,0 +1,215 @@
+//! The push worker: every node claims push subscriptions no node is pushing, one lease
+//! (`subscription:<id>`) each, and pushes their events into OpenSearch until the
+//! subscription stops wanting a worker or the lease is lost.
+
+mod batch;
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::Rng;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use super::Heartbeat;
+use crate::config::PushSettings;
+use crate::delivery::opensearch::{OpenSearchClient, PushTarget, RetryPolicy, SendError};
+use crate::delivery::{ChangeNotifier, Feed};
+use crate::store::{Lease, SourceTable, Store, StoreError};
+pub use batch::{BatchError, Step};
+
+/// Claims push subscriptions on a timer and runs one [`Pusher`] per claimed subscription.
+#[derive(Clone)]
+pub struct PushWorker {
+    pub feed: Feed,
+    pub notifier: ChangeNotifier,
+    pub settings: PushSettings,
+    pub lease_ttl: Duration,
+    pub node: String,
+}
+
+/// One push subscription, leased by this node.
+pub struct Pusher {
+    pub feed: Feed,
+    pub id: Uuid,
+    pub name: String,
+    pub lease: Lease,
+    pub tables: Vec<SourceTable>,
+    pub target: PushTarget,
+    pub client: OpenSearchClient,
+    pub policy: RetryPolicy,
+}
+
+impl PushWorker {
+    fn store(&self) -> &Store {
+        self.feed.store()
+    }
+
+    /// Claims and pushes until `stop` is cancelled; leases are released on the way out.
+    pub async fn run(self, stop: CancellationToken) {
+        let running: Arc<Mutex<HashSet<Uuid>>> = Arc::default();
+        let mut tasks = tokio::task::JoinSet::new();
+        loop {
+            match self.claim(&running).await {
+                Ok(claimed) => {
+                    for pusher in claimed {
+                        let worker = self.clone();
+                        let running = running.clone();
+                        let stop = stop.clone();
+                        tasks.spawn(async move {
+                            let id = pusher.id;
+                            worker.push(pusher, stop).await;
+                            running.lock().expect("running set").remove(&id);
+                        });
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "looking for push subscriptions failed"),
+            }
+            while tasks.try_join_next().is_some() {}
+            let jitter = rand::rng().random_range(0.8..1.2);
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(self.settings.claim_interval.mul_f64(jitter)) => {}
+            }
+        }
+        tasks.join_all().await;
+    }
+
+    /// Takes the leases of unclaimed push subscriptions.
+    async fn claim(&self, running: &Mutex<HashSet<Uuid>>) -> Result<Vec<Pusher>, StoreError> {
+        let mut claimed = Vec::new();
+        for id in self.store().unclaimed_push_subscriptions().await? {
+            if running.lock().expect("running set").contains(&id) {
+                continue;
+            }
+            let name = format!("subscription:{id}");
+            let Some(lease) = self
+                .store()
+                .try_acquire_lease(&name, &self.node, self.lease_ttl)
+                .await?
+            else {
+                continue;
+            };
+            match self.prepare(id, lease.clone()).await {
+                Ok(pusher) => {
+                    running.lock().expect("running set").insert(id);
+                    tracing::info!(subscription = %pusher.name, epoch = lease.epoch, "pushing subscription");
+                    claimed.push(pusher);
+                }
+                Err(reason) => {
+                    tracing::warn!(subscription = %id, %reason, "cannot push subscription");
+                    self.store().push_failed(&lease, id, &reason).await?;
+                    self.store().release_lease(&lease).await?;
+                }
+            }
+        }
+        Ok(claimed)
+    }
+
+    /// Loads what pushing a subscription needs.
+    async fn prepare(&self, id: Uuid, lease: Lease) -> Result<Pusher, String> {
+        let store = self.store();
+        let subscription = store
+            .find_subscription(&id.to_string())
+            .await
+            .map_err(|e| e.to_string())?;
+        let record = store.push_record(id).await.map_err(|e| e.to_string())?;
+        let target = PushTarget::from_json(&record.target).map_err(|e| e.to_string())?;
+        let client = OpenSearchClient::new(&target).map_err(|e| e.to_string())?;
+        let mut tables = Vec::new();
+        for slot in store
+            .subscribed_tables(id)
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            tables.push(
+                store
+                    .get_table(slot.table_id)
+                    .await
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        Ok(Pusher {
+            feed: self.feed.clone(),
+            id,
+            name: subscription.name,
+            lease,
+            tables,
+            target,
+            client,
+            policy: RetryPolicy {
+                initial_delay: self.settings.retry_initial,
+                max_delay: self.settings.retry_max,
+                max_retries: self.settings.max_retries,
+            },
+        })
+    }
+
+    /// Pushes one subscription until it stops, the lease is lost or the node stops.
+    async fn push(&self, pusher: Pusher, stop: CancellationToken) {
+        let lost = stop.child_token();
+        let store = self.store().clone();
+        let (lease, ttl) = (pusher.lease.clone(), self.lease_ttl);
+        let _heartbeat = Heartbeat::start(lease.name.clone(), ttl / 3, lost.clone(), move || {
+            let (store, lease) = (store.clone(), lease.clone());
+            async move { store.renew_lease(&lease, ttl).await }
+        });
+        let table_ids: Vec<_> = pusher.tables.iter().map(|t| t.id).collect();
+        loop {
+            // Subscribe before reading: a publish during the batch wakes the wait after it.
+            let mut waiter = self.notifier.subscribe_all(table_ids.iter().copied());
+            let step = pusher.run_once(&lost).await;
+            let wait = match step {
+                Ok(Step::Pushed { more: true, .. }) => continue,
+                Ok(Step::Pushed { .. }) => continue,
+                Ok(Step::Idle) => self.settings.idle_recheck,
+                Ok(Step::Stop) => break,
+                Err(BatchError::Send(SendError::Cancelled))
+                | Err(BatchError::Store(StoreError::LeaseLost(_))) => break,
+                Err(e) => match self.on_error(&pusher, e).await {
+                    Some(backoff) => backoff,
+                    None => break,
+                },
+            };
+            tokio::select! {
+                _ = waiter.changed() => {}
+                _ = lost.cancelled() => break,
+                _ = tokio::time::sleep(wait) => {}
+            }
+        }
+        if let Err(e) = self.store().release_lease(&pusher.lease).await {
+            tracing::warn!(subscription = %pusher.name, error = %e, "releasing the lease failed");
+        }
+        tracing::info!(subscription = %pusher.name, "stopped pushing subscription");
+    }
+
+    /// Records a failed batch; the wait before the next attempt, `None` to stop.
+    async fn on_error(&self, pusher: &Pusher, error: BatchError) -> Option<Duration> {
+        let message = error.to_string();
+        let result = match &error {
+            BatchError::Send(SendError::Refused(_) | SendError::Encode(_))
+            | BatchError::Fatal(_) => {
+                tracing::error!(subscription = %pusher.name, error = %message, "push subscription failed");
+                self.store()
+                    .push_failed(&pusher.lease, pusher.id, &message)
+                    .await
+                    .map(|_| None)
+            }
+            _ => {
+                let backoff = self.settings.backoff;
+                tracing::warn!(subscription = %pusher.name, error = %message, backoff_ms = backoff.as_millis() as u64, "push failed; backing off");
+                let retry_at = chrono::Utc::now()
+                    + chrono::Duration::from_std(backoff).unwrap_or(chrono::Duration::MAX);
+                self.store()
+                    .push_backing_off(&pusher.lease, pusher.id, &message, retry_at)
+                    .await
+                    .map(|_| Some(backoff))
+            }
+        };
+        result.unwrap_or_else(|e| {
+            tracing::warn!(subscription = %pusher.name, error = %e, "recording a push failure failed");
+            None
+        })
+    }
+}
