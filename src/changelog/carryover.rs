@@ -286,7 +286,7 @@ fn converter_for(schema: &SchemaRef, columns: &[usize]) -> Result<RowConverter, 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::Arc;
 
     use arrow::array::{Int64Array, StringArray};
@@ -294,7 +294,8 @@ mod tests {
 
     use super::*;
 
-    fn schema() -> SchemaRef {
+    /// `(id long, v string)`, for tests of carryover elsewhere too.
+    pub(crate) fn schema() -> SchemaRef {
         Arc::new(Schema::new(vec![
             Field::new("id", DataType::Int64, false),
             Field::new("v", DataType::Utf8, true),
