@@ -46,7 +46,8 @@ pub struct SchedulerSettings {
     /// Default poll interval of a table registered without one.
     #[serde(with = "humantime_serde")]
     pub default_poll_interval: Duration,
-    /// Buckets the surviving rows of a rewrite are hashed into by key.
+    /// Buckets the surviving rows of a rewrite are hashed into by key (at least; a large
+    /// rewrite gets enough that one bucket would hold about `reduce_target_bytes`).
     pub shuffle_buckets: u32,
     /// Buckets are coalesced into reduce tasks of up to this many bytes of shuffle files.
     pub reduce_target_bytes: u64,

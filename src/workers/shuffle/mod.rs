@@ -103,6 +103,8 @@ impl Shuffle<'_> {
         removed: Vec<AddedFile>,
         added: Vec<AddedFile>,
     ) -> Result<ShuffleOutcome, SyncError> {
+        let stored = removed.iter().chain(&added).map(|f| f.size).sum();
+        let buckets = bucket_count(self.buckets, stored, self.reduce_target_bytes);
         let mut groups: BTreeMap<String, MapTask> = BTreeMap::new();
         let task = || MapTask {
             schema_id: self.schema_id,
@@ -110,7 +112,7 @@ impl Shuffle<'_> {
             added: Vec::new(),
             input_bytes: 0,
             key: self.key.clone(),
-            buckets: self.buckets,
+            buckets,
         };
         for (f, is_removed) in removed
             .into_iter()
@@ -270,6 +272,17 @@ fn pack(groups: BTreeMap<String, MapTask>, memory: u64) -> Vec<MapTask> {
     tasks
 }
 
+/// More buckets than this would mostly add per-part overhead.
+const MAX_BUCKETS: u64 = 4096;
+
+/// At least `configured` buckets, and enough that one bucket would hold about
+/// `reduce_target` bytes even if every row of `stored` bytes of files survived: a reduce
+/// task holds at least one whole bucket in memory.
+fn bucket_count(configured: u32, stored: u64, reduce_target: u64) -> u32 {
+    let needed = estimated_memory(stored).div_ceil(reduce_target.max(1));
+    configured.max(needed.min(MAX_BUCKETS) as u32)
+}
+
 /// Groups consecutive buckets into reduce inputs of up to `target` bytes (a bucket is
 /// never split), as adaptive query execution coalesces small shuffle partitions.
 fn coalesce(by_bucket: BTreeMap<u32, Vec<BucketFile>>, target: u64) -> Vec<Vec<BucketFile>> {
@@ -334,6 +347,14 @@ mod tests {
             .collect();
         assert_eq!(buckets, vec![vec![0, 0, 3], vec![5], vec![9]]);
         assert!(coalesce(BTreeMap::new(), 100).is_empty());
+    }
+
+    #[test]
+    fn large_rewrites_get_more_buckets() {
+        assert_eq!(bucket_count(64, 0, 64 << 20), 64);
+        assert_eq!(bucket_count(64, 1 << 30, 64 << 20), 160);
+        assert_eq!(bucket_count(64, u64::MAX, 64 << 20), 4096);
+        assert_eq!(bucket_count(5000, u64::MAX, 64 << 20), 5000);
     }
 
     fn group(files: &[&str], input_bytes: u64) -> MapTask {
