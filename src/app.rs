@@ -72,6 +72,7 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
             changes: changes.clone(),
             catalogs: catalogs.clone(),
             file_concurrency: settings.scheduler.file_concurrency,
+            map_memory_bytes: settings.scheduler.map_memory_bytes,
         },
         settings: settings.scheduler.clone(),
         node: node.clone(),

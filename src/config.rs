@@ -109,10 +109,14 @@ pub struct SchedulerSettings {
     /// Default poll interval of a table registered without one.
     #[serde(with = "humantime_serde")]
     pub default_poll_interval: Duration,
-    /// Buckets the surviving rows of a rewrite are hashed into by key.
+    /// Buckets the surviving rows of a rewrite are hashed into by key (at least; a large
+    /// rewrite gets enough that one bucket would hold about `reduce_target_bytes`).
     pub shuffle_buckets: u32,
     /// Buckets are coalesced into reduce tasks of up to this many bytes of shuffle files.
     pub reduce_target_bytes: u64,
+    /// Memory one map task may use. A partition group whose decoded rows would not fit is
+    /// streamed and spilled to the change store in parts that do (see the README).
+    pub map_memory_bytes: u64,
     /// Map and reduce tasks one node runs at the same time.
     pub task_workers: usize,
     /// Attempts before a failing task stops its table.
@@ -167,6 +171,7 @@ impl Default for SchedulerSettings {
             default_poll_interval: Duration::from_secs(10),
             shuffle_buckets: 64,
             reduce_target_bytes: 64 << 20,
+            map_memory_bytes: 256 << 20,
             task_workers: 2,
             max_task_attempts: 3,
         }
@@ -245,9 +250,10 @@ impl Settings {
                 "scheduler.lease_ttl must be at least 2s".into(),
             ));
         }
-        if s.shuffle_buckets == 0 || s.max_task_attempts < 1 {
+        if s.shuffle_buckets == 0 || s.max_task_attempts < 1 || s.map_memory_bytes == 0 {
             return Err(ConfigError::Invalid(
-                "scheduler.shuffle_buckets and scheduler.max_task_attempts must be at least 1"
+                "scheduler.shuffle_buckets, scheduler.max_task_attempts and \
+                 scheduler.map_memory_bytes must be at least 1"
                     .into(),
             ));
         }

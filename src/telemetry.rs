@@ -51,6 +51,10 @@ fn describe() {
         "icefeed_scheduler_poll_errors_total",
         "Failed polls, by table"
     );
+    describe_counter!(
+        "icefeed_shuffle_spilled_partitions_total",
+        "Spill partitions of map tasks whose input exceeded scheduler.map_memory_bytes"
+    );
     describe_gauge!(
         "icefeed_table_snapshots_behind",
         "Snapshots committed but not yet published"

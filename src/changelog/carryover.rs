@@ -8,11 +8,14 @@
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 
-use arrow::array::{RecordBatch, UInt32Array};
-use arrow::compute::{concat_batches, take_record_batch};
+use std::hash::BuildHasher;
+
+use arrow::array::RecordBatch;
+use arrow::compute::interleave_record_batch;
 use arrow::datatypes::SchemaRef;
 use arrow::error::ArrowError;
 use arrow::row::{RowConverter, Rows, SortField};
+use foldhash::fast::FixedState;
 
 /// What a change row is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -72,36 +75,95 @@ pub struct Survivors {
 }
 
 /// Cancels rows that appear identically in `removed` and `added` (a multiset difference).
+/// Survivors keep their input order. Only the removed side's rows are held in the row
+/// format; added rows are converted a batch at a time and probed.
 pub fn cancel_carryover(
     schema: &SchemaRef,
     removed: &[RecordBatch],
     added: &[RecordBatch],
 ) -> Result<Survivors, ArrowError> {
-    let removed = concat_batches(schema, removed)?;
-    let added = concat_batches(schema, added)?;
-    let converter = converter_for(schema, &(0..schema.fields().len()).collect::<Vec<_>>())?;
-    let removed_rows = converter.convert_columns(removed.columns())?;
-    let added_rows = converter.convert_columns(added.columns())?;
-
-    let mut unmatched: HashMap<_, Vec<u32>> = HashMap::with_capacity(removed.num_rows());
-    for (i, row) in removed_rows.iter().enumerate() {
-        unmatched.entry(row).or_default().push(i as u32);
-    }
-    let mut inserted = Vec::new();
-    for (i, row) in added_rows.iter().enumerate() {
-        match unmatched.get_mut(&row) {
-            Some(copies) if !copies.is_empty() => {
-                copies.pop();
-            }
-            _ => inserted.push(i as u32),
+    let converter = whole_row_converter(schema)?;
+    let removed_rows = removed
+        .iter()
+        .map(|b| converter.convert_columns(b.columns()))
+        .collect::<Result<Vec<_>, _>>()?;
+    // Removed rows by hash; rows sharing a hash are chained through `next`, so the index
+    // costs no allocation per row.
+    let total: usize = removed_rows.iter().map(|r| r.num_rows()).sum();
+    let mut at: Vec<(usize, usize)> = Vec::with_capacity(total);
+    let mut next: Vec<u32> = Vec::with_capacity(total);
+    let mut heads: HashMap<u64, u32, FixedState> =
+        HashMap::with_capacity_and_hasher(total, FixedState::default());
+    for (b, rows) in removed_rows.iter().enumerate() {
+        for (r, row) in rows.iter().enumerate() {
+            next.push(
+                heads
+                    .insert(row_hash(row.as_ref()), at.len() as u32)
+                    .unwrap_or(NONE),
+            );
+            at.push((b, r));
         }
     }
-    let mut deleted: Vec<u32> = unmatched.into_values().flatten().collect();
-    deleted.sort_unstable();
+    let mut live = vec![true; total];
+    let mut inserted = Vec::new();
+    for (b, batch) in added.iter().enumerate() {
+        let rows = converter.convert_columns(batch.columns())?;
+        for (r, row) in rows.iter().enumerate() {
+            let hash = row_hash(row.as_ref());
+            let mut prev = NONE;
+            let mut i = heads.get(&hash).copied().unwrap_or(NONE);
+            while i != NONE && removed_rows[at[i as usize].0].row(at[i as usize].1) != row {
+                (prev, i) = (i, next[i as usize]);
+            }
+            if i == NONE {
+                inserted.push((b, r));
+                continue;
+            }
+            // A copy: unlink the matched removed row so duplicates are counted.
+            live[i as usize] = false;
+            let after = next[i as usize];
+            match (prev, after) {
+                (NONE, NONE) => drop(heads.remove(&hash)),
+                (NONE, _) => drop(heads.insert(hash, after)),
+                _ => next[prev as usize] = after,
+            }
+        }
+    }
+    let deleted: Vec<(usize, usize)> = at
+        .into_iter()
+        .zip(live)
+        .filter_map(|(row, live)| live.then_some(row))
+        .collect();
     Ok(Survivors {
-        deleted: take_record_batch(&removed, &UInt32Array::from(deleted))?,
-        inserted: take_record_batch(&added, &UInt32Array::from(inserted))?,
+        deleted: gather(schema, removed, &deleted)?,
+        inserted: gather(schema, added, &inserted)?,
     })
+}
+
+const NONE: u32 = u32::MAX;
+
+/// The rows at `(batch, row)` of `batches`, in that order, as one batch.
+pub fn gather(
+    schema: &SchemaRef,
+    batches: &[RecordBatch],
+    rows: &[(usize, usize)],
+) -> Result<RecordBatch, ArrowError> {
+    if rows.is_empty() {
+        return Ok(RecordBatch::new_empty(schema.clone()));
+    }
+    let batches: Vec<&RecordBatch> = batches.iter().collect();
+    interleave_record_batch(&batches, rows)
+}
+
+/// A converter of whole rows to the row format, in which identical rows are identical
+/// bytes.
+pub fn whole_row_converter(schema: &SchemaRef) -> Result<RowConverter, ArrowError> {
+    converter_for(schema, &(0..schema.fields().len()).collect::<Vec<_>>())
+}
+
+/// Hash of a row in the row format: equal rows hash alike.
+pub fn row_hash(row: &[u8]) -> u64 {
+    FixedState::with_seed(0x1cef_eed5).hash_one(row)
 }
 
 /// Two rows on the same side with the same key: the identifier columns are not unique.
@@ -224,7 +286,7 @@ fn converter_for(schema: &SchemaRef, columns: &[usize]) -> Result<RowConverter, 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::sync::Arc;
 
     use arrow::array::{Int64Array, StringArray};
@@ -232,7 +294,8 @@ mod tests {
 
     use super::*;
 
-    fn schema() -> SchemaRef {
+    /// `(id long, v string)`, for tests of carryover elsewhere too.
+    pub(crate) fn schema() -> SchemaRef {
         Arc::new(Schema::new(vec![
             Field::new("id", DataType::Int64, false),
             Field::new("v", DataType::Utf8, true),

@@ -19,6 +19,8 @@ pub struct AddedFile {
     pub path: String,
     /// Rows in the file, from its manifest entry.
     pub record_count: u64,
+    /// Size of the file in bytes, from its manifest entry.
+    pub size: u64,
     /// Partition spec id and partition tuple: rows can only be carried over between
     /// files of the same group.
     pub group: String,
@@ -100,6 +102,7 @@ pub async fn plan_snapshot(
             let file = AddedFile {
                 path: entry.file_path().to_string(),
                 record_count: entry.record_count(),
+                size: entry.file_size_in_bytes(),
                 group: format!(
                     "{}:{:?}",
                     manifest.partition_spec_id,
@@ -149,6 +152,7 @@ pub async fn plan_export(table: &Table, snapshot: &SnapshotRef) -> Result<Snapsh
             files.push(AddedFile {
                 path: entry.file_path().to_string(),
                 record_count: entry.record_count(),
+                size: entry.file_size_in_bytes(),
                 group: String::new(),
             });
         }

@@ -168,6 +168,20 @@ impl ChangeStore {
         Ok(self.objects.get(&self.full(key)).await?.bytes().await?)
     }
 
+    /// Reads the bytes at `range` of an object.
+    pub async fn get_range(
+        &self,
+        key: &str,
+        range: std::ops::Range<u64>,
+    ) -> Result<Bytes, ChangeStoreError> {
+        Ok(self.objects.get_range(&self.full(key), range).await?)
+    }
+
+    /// Deletes one object.
+    pub async fn delete(&self, key: &str) -> Result<(), ChangeStoreError> {
+        Ok(self.objects.delete(&self.full(key)).await?)
+    }
+
     /// Deletes everything stored for `table` (best effort is up to the caller).
     pub async fn delete_table(&self, table: TableId) -> Result<usize, ChangeStoreError> {
         self.delete_prefix(&format!("tables/{table}")).await

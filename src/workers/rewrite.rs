@@ -36,6 +36,7 @@ impl Rewrite<'_> {
             key: crate::changelog::key_indexes(self.schema, &self.table.identifier_columns),
             buckets: self.settings.shuffle_buckets,
             reduce_target_bytes: self.settings.reduce_target_bytes,
+            map_memory_bytes: self.settings.map_memory_bytes,
             stop: self.stop,
         };
         let outcome = shuffle.run(removed, added).await?;

@@ -49,6 +49,8 @@ pub struct TaskContext {
     pub changes: ChangeStore,
     pub catalogs: CatalogCache,
     pub file_concurrency: usize,
+    /// Memory a map task may use before it spills (`scheduler.map_memory_bytes`).
+    pub map_memory_bytes: u64,
 }
 
 impl TaskContext {

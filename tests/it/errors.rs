@@ -362,15 +362,7 @@ async fn catalog_secrets_are_never_echoed() {
         .unwrap();
     assert_eq!(r.status(), 201);
     let created = r.text().await.unwrap();
-    let listed = node
-        .http
-        .get(node.url("/v1/tables"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let listed = node.get_text("/v1/tables").await;
     for text in [&created, &listed] {
         assert!(!text.contains("TOPSECRET"), "secret echoed: {text}");
         assert!(

@@ -214,15 +214,7 @@ async fn pause_resume_delete_and_operations_endpoints() {
     assert_eq!((status, health["status"].as_str()), (200, Some("ok")));
     let (status, _) = node.get("/readyz").await;
     assert_eq!(status, 200);
-    let metrics = node
-        .http
-        .get(node.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = node.get_text("/metrics").await;
     assert!(
         metrics.contains("icefeed_scheduler_rows_published_total"),
         "{metrics}"

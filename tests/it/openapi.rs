@@ -47,15 +47,7 @@ fn every_operation_has_summary_tag_id_and_errors() {
 #[tokio::test]
 async fn the_service_serves_the_document() {
     let (node, _store) = Node::start_fresh().await;
-    let served = node
-        .http
-        .get(node.url("/openapi.json"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let served = node.get_text("/openapi.json").await;
     assert_eq!(served, icefeed::api::openapi_json());
     node.shutdown().await;
 }

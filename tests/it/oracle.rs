@@ -30,7 +30,7 @@ use rand::seq::{IndexedRandom, SliceRandom};
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 
-use crate::support::{Node, Warehouse};
+use crate::support::{Node, Warehouse, fresh_database, test_settings};
 
 /// Seeds run when `ICEFEED_ORACLE_SEEDS` is unset: two of each table shape.
 const DEFAULT_SEEDS: std::ops::RangeInclusive<u64> = 1..=8;
@@ -757,11 +757,45 @@ pub(crate) async fn random_history(wh: &Warehouse, seed: u64) -> Model {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn oracle_random_histories_match_icefeed() {
+    let (node, _store) = Node::start_fresh().await;
+    check_random_histories(&seeds(), &node).await;
+    node.shutdown().await;
+}
+
+/// The first four seeds again, on a node whose map tasks may hold only 4 KB: every
+/// partition group is streamed and cancelled through spill partitions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn oracle_random_histories_match_icefeed_when_map_tasks_spill() {
+    let store = tempfile::tempdir().unwrap();
+    let mut settings = test_settings(&fresh_database().await, store.path());
+    settings.scheduler.map_memory_bytes = 4096;
+    let node = Node::start(settings).await;
+    let before = spilled_partitions(&node).await;
+    let seeds: Vec<u64> = seeds().into_iter().take(4).collect();
+    check_random_histories(&seeds, &node).await;
+    let spilled = spilled_partitions(&node).await - before;
+    eprintln!("oracle: {spilled} spill partitions");
+    assert!(spilled > 0, "no map task took the spill path");
+    node.shutdown().await;
+}
+
+/// `icefeed_shuffle_spilled_partitions_total` (process-wide: nodes of this test binary
+/// share the recorder, and only the test above spills).
+async fn spilled_partitions(node: &Node) -> u64 {
+    let text = node.get_text("/metrics").await;
+    text.lines()
+        .filter(|l| l.starts_with("icefeed_shuffle_spilled_partitions_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// Generates `seeds`' histories, registers them with `node` and compares every change
+/// set with the oracle.
+async fn check_random_histories(seeds: &[u64], node: &Node) {
     let started = Instant::now();
-    let seeds = seeds();
     let wh = Warehouse::new().await;
     let mut models = Vec::new();
-    for &seed in &seeds {
+    for &seed in seeds {
         models.push(with_seed(seed, random_history(&wh, seed)).await);
     }
     let mut expected = Vec::new();
@@ -770,14 +804,13 @@ async fn oracle_random_histories_match_icefeed() {
     }
     let generated = started.elapsed();
 
-    let (node, _store) = Node::start_fresh().await;
     let mut ids = Vec::new();
     for model in &models {
-        ids.push(register(&node, &wh, model).await);
+        ids.push(register(node, &wh, model).await);
     }
     for ((seed, model), (id, expected)) in seeds.iter().zip(&models).zip(ids.iter().zip(&expected))
     {
-        with_seed(*seed, compare(&node, id, model, expected)).await;
+        with_seed(*seed, compare(node, id, model, expected)).await;
     }
     // What was compared, so a run that checks little shows it.
     let mut ops: BTreeMap<String, usize> = BTreeMap::new();
@@ -795,7 +828,6 @@ async fn oracle_random_histories_match_icefeed() {
         models.iter().map(|m| m.snapshots.len()).sum::<usize>(),
         started.elapsed()
     );
-    node.shutdown().await;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -121,6 +121,12 @@ impl Node {
         Self::send(self.http.get(self.url(path))).await
     }
 
+    /// GET the body as text.
+    pub async fn get_text(&self, path: &str) -> String {
+        let response = self.http.get(self.url(path)).send().await.unwrap();
+        response.text().await.unwrap()
+    }
+
     /// POST JSON and parse the answer, with the status.
     pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
         Self::send(self.http.post(self.url(path)).json(body)).await

@@ -1,121 +1,152 @@
-//! Map task: cancel carryover within one partition group, then hash what survives by
-//! key into bucket files (`_side` 0 = deleted, 1 = inserted, then the table's columns).
+//! Map task: cancel carryover within whole partition groups, then hash what survives by
+//! key into buckets, written as shuffle files (see `files`). Groups whose decoded rows fit
+//! in `scheduler.map_memory_bytes` are cancelled in memory; larger ones go through
+//! `spill`, which feeds the same bucket writer one spill partition at a time.
 
-use std::sync::Arc;
-
-use arrow::array::{ArrayRef, Int8Array, RecordBatch, UInt32Array};
-use arrow::compute::{concat_batches, take_record_batch};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
-use bytes::Bytes;
-use parquet::arrow::ArrowWriter;
 
-use super::{BucketFile, MapResult, MapTask, shuffle_key};
-use crate::changelog::carryover::cancel_carryover;
+use super::files::{Partitioned, shuffled_schema, with_side};
+use super::{MapResult, MapTask, estimated_memory, shuffle_key, spill};
+use crate::changelog::carryover::{Survivors, cancel_carryover};
+use crate::store::ClaimedTask;
 use crate::workers::tasks::{TaskContext, TaskError};
-
-/// Column telling which side of the rewrite a shuffled row is on.
-pub(super) const SIDE: &str = "_side";
 
 /// Runs a map task.
 pub async fn run_map(
     ctx: &TaskContext,
-    task: &crate::store::ClaimedTask,
+    task: &ClaimedTask,
     map: MapTask,
 ) -> Result<MapResult, TaskError> {
     let opened = ctx.open(task.table_id, map.schema_id).await?;
-    let removed = ctx.read_files(&opened, &map.removed).await?;
-    let added = ctx.read_files(&opened, &map.added).await?;
     let schema = opened.read.batch_schema();
-    let survivors = cancel_carryover(&schema, &removed, &added).map_err(TaskError::retryable)?;
-
-    let columns: Vec<usize> = if map.key.is_empty() {
-        (0..schema.fields().len()).collect()
+    let budget = ctx.map_memory_bytes;
+    let mut out = Buckets::new(ctx, task, &schema, &map, budget)?;
+    let spilled_partitions = if estimated_memory(map.input_bytes) <= budget {
+        let removed = ctx.read_files(&opened, &map.removed).await?;
+        let added = ctx.read_files(&opened, &map.added).await?;
+        out.push(cancel(&schema, removed, added).await?).await?;
+        0
     } else {
-        map.key.clone()
+        spill::cancel_spilled(ctx, task, &opened, &map, &mut out).await?
     };
-    let converter = RowConverter::new(
-        columns
-            .iter()
-            .map(|&i| SortField::new(schema.field(i).data_type().clone()))
-            .collect(),
-    )
-    .map_err(TaskError::retryable)?;
-    let mut rows_by_bucket: Vec<[Vec<u32>; 2]> =
-        vec![[Vec::new(), Vec::new()]; map.buckets as usize];
-    for (side, batch) in [&survivors.deleted, &survivors.inserted]
-        .into_iter()
-        .enumerate()
-    {
-        let keys: Vec<ArrayRef> = columns.iter().map(|&i| batch.column(i).clone()).collect();
-        let rows = converter
-            .convert_columns(&keys)
-            .map_err(TaskError::retryable)?;
-        for (i, row) in rows.iter().enumerate() {
-            let bucket = (fnv1a(row.as_ref()) % map.buckets as u64) as usize;
-            rows_by_bucket[bucket][side].push(i as u32);
-        }
-    }
-
-    let shuffled = shuffled_schema(&schema);
-    let mut buckets = Vec::new();
-    for (bucket, [deleted, inserted]) in rows_by_bucket.into_iter().enumerate() {
-        if deleted.is_empty() && inserted.is_empty() {
-            continue;
-        }
-        let parts = [
-            with_side(&shuffled, &survivors.deleted, deleted, 0)?,
-            with_side(&shuffled, &survivors.inserted, inserted, 1)?,
-        ];
-        let batch = concat_batches(&shuffled, &parts).map_err(TaskError::retryable)?;
-        let bytes = encode(&batch)?;
-        let path = shuffle_key(task.table_id, task.snapshot_id, &task.id, bucket as u32);
-        let size = bytes.len() as i64;
-        ctx.changes
-            .put(&path, bytes)
-            .await
-            .map_err(TaskError::retryable)?;
-        buckets.push(BucketFile {
-            bucket: bucket as u32,
-            rows: batch.num_rows() as i64,
-            bytes: size,
-            path,
-        });
-    }
     Ok(MapResult {
-        deleted: survivors.deleted.num_rows() as i64,
-        inserted: survivors.inserted.num_rows() as i64,
-        buckets,
+        spilled_partitions,
+        ..out.finish().await?
     })
 }
 
-/// `_side` followed by the table's columns.
-fn shuffled_schema(schema: &SchemaRef) -> SchemaRef {
-    let mut fields = vec![Field::new(SIDE, DataType::Int8, false)];
-    fields.extend(schema.fields().iter().map(|f| f.as_ref().clone()));
-    Arc::new(Schema::new(fields))
+/// Cancels carryover off the async workers: it is CPU work on up to a budget of rows.
+pub(super) async fn cancel(
+    schema: &SchemaRef,
+    removed: Vec<RecordBatch>,
+    added: Vec<RecordBatch>,
+) -> Result<Survivors, TaskError> {
+    let schema = schema.clone();
+    tokio::task::spawn_blocking(move || cancel_carryover(&schema, &removed, &added))
+        .await
+        .map_err(TaskError::retryable)?
+        .map_err(TaskError::retryable)
 }
 
-fn with_side(
-    shuffled: &SchemaRef,
-    batch: &RecordBatch,
-    rows: Vec<u32>,
-    side: i8,
-) -> Result<RecordBatch, TaskError> {
-    let picked =
-        take_record_batch(batch, &UInt32Array::from(rows)).map_err(TaskError::retryable)?;
-    let mut columns: Vec<ArrayRef> = vec![Arc::new(Int8Array::from(vec![side; picked.num_rows()]))];
-    columns.extend(picked.columns().iter().cloned());
-    RecordBatch::try_new(shuffled.clone(), columns).map_err(TaskError::retryable)
+/// Surviving rows hashed by key into buckets; written as a shuffle file whenever a
+/// quarter of the memory budget of them is held, and at the end.
+pub(super) struct Buckets<'a> {
+    ctx: &'a TaskContext,
+    task: &'a ClaimedTask,
+    shuffled: SchemaRef,
+    columns: Vec<usize>,
+    converter: RowConverter,
+    buckets: u32,
+    flush_bytes: usize,
+    held: Partitioned,
+    deleted: i64,
+    inserted: i64,
 }
 
-fn encode(batch: &RecordBatch) -> Result<Bytes, TaskError> {
-    let mut out = Vec::new();
-    let mut writer =
-        ArrowWriter::try_new(&mut out, batch.schema(), None).map_err(TaskError::retryable)?;
-    writer.write(batch).map_err(TaskError::retryable)?;
-    writer.close().map_err(TaskError::retryable)?;
-    Ok(Bytes::from(out))
+impl<'a> Buckets<'a> {
+    fn new(
+        ctx: &'a TaskContext,
+        task: &'a ClaimedTask,
+        schema: &SchemaRef,
+        map: &MapTask,
+        budget: u64,
+    ) -> Result<Self, TaskError> {
+        let columns: Vec<usize> = if map.key.is_empty() {
+            (0..schema.fields().len()).collect()
+        } else {
+            map.key.clone()
+        };
+        let converter = RowConverter::new(
+            columns
+                .iter()
+                .map(|&i| SortField::new(schema.field(i).data_type().clone()))
+                .collect(),
+        )
+        .map_err(TaskError::retryable)?;
+        Ok(Self {
+            ctx,
+            task,
+            shuffled: shuffled_schema(schema),
+            columns,
+            converter,
+            buckets: map.buckets,
+            flush_bytes: usize::try_from(budget / 4).unwrap_or(usize::MAX),
+            held: Partitioned::new(map.buckets),
+            deleted: 0,
+            inserted: 0,
+        })
+    }
+
+    /// Adds surviving rows.
+    pub(super) async fn push(&mut self, survivors: Survivors) -> Result<(), TaskError> {
+        self.deleted += survivors.deleted.num_rows() as i64;
+        self.inserted += survivors.inserted.num_rows() as i64;
+        for (side, batch) in [(0, &survivors.deleted), (1, &survivors.inserted)] {
+            if batch.num_rows() == 0 {
+                continue;
+            }
+            let keys: Vec<ArrayRef> = self
+                .columns
+                .iter()
+                .map(|&i| batch.column(i).clone())
+                .collect();
+            let rows = self
+                .converter
+                .convert_columns(&keys)
+                .map_err(TaskError::retryable)?;
+            let buckets: Vec<u32> = rows
+                .iter()
+                .map(|row| (fnv1a(row.as_ref()) % self.buckets as u64) as u32)
+                .collect();
+            let batch = with_side(&self.shuffled, batch, side).map_err(TaskError::retryable)?;
+            self.held.push(batch, &buckets);
+        }
+        if self.held.held_bytes() >= self.flush_bytes {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> Result<(), TaskError> {
+        let (table, snapshot, id) = (self.task.table_id, self.task.snapshot_id, &self.task.id);
+        self.held
+            .flush(&self.ctx.changes, |n| {
+                shuffle_key(table, snapshot, id, &format!("{n:04}"))
+            })
+            .await
+    }
+
+    async fn finish(mut self) -> Result<MapResult, TaskError> {
+        self.flush().await?;
+        Ok(MapResult {
+            deleted: self.deleted,
+            inserted: self.inserted,
+            buckets: self.held.written,
+            spilled_partitions: 0,
+        })
+    }
 }
 
 /// A hash that every node computes alike (std's hasher is seeded per process).

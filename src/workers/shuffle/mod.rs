@@ -1,11 +1,13 @@
 //! The shuffle that computes a snapshot which removed data files, as tasks any node can
-//! run: one map task per partition group cancels carryover locally and hashes the
-//! surviving rows by key into buckets (shuffle files in the change store, sizes in
+//! run: map tasks, each over whole partition groups, cancel carryover locally and hash
+//! the surviving rows by key into buckets (shuffle files in the change store, sizes in
 //! PostgreSQL); small buckets are coalesced into reduce tasks, which pair rows by key
 //! and write the change set's segments. The node holding the table lease coordinates.
 
+mod files;
 mod map;
 mod reduce;
+mod spill;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -20,32 +22,39 @@ use super::sync::SyncError;
 use crate::changelog::AddedFile;
 use crate::store::{NewSegment, Store, TableId};
 
-/// Input of a map task: one partition group's removed and added files.
+/// Input of a map task: the removed and added files of whole partition groups.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MapTask {
     pub schema_id: i32,
     pub removed: Vec<String>,
     pub added: Vec<String>,
+    /// Stored size of all those files, from the manifests.
+    pub input_bytes: u64,
     /// Columns rows are hashed on (all columns when the table has no identifier).
     pub key: Vec<usize>,
     pub buckets: u32,
 }
 
-/// One bucket file a map task wrote.
+/// The rows of one bucket (or spill partition) in a shuffle file: an Arrow IPC stream
+/// of `bytes` bytes at `offset`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BucketFile {
     pub bucket: u32,
     pub rows: i64,
+    pub offset: u64,
     pub bytes: i64,
     pub path: String,
 }
 
-/// What a map task reports: surviving rows per side and its bucket files.
+/// What a map task reports: surviving rows per side and its buckets.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MapResult {
     pub deleted: i64,
     pub inserted: i64,
     pub buckets: Vec<BucketFile>,
+    /// Spill partitions used (0: the input was cancelled in memory).
+    #[serde(default)]
+    pub spilled_partitions: u32,
 }
 
 /// Input of a reduce task: every map output of a run of buckets.
@@ -75,6 +84,7 @@ pub struct Shuffle<'a> {
     pub key: Vec<usize>,
     pub buckets: u32,
     pub reduce_target_bytes: u64,
+    pub map_memory_bytes: u64,
     pub stop: &'a CancellationToken,
 }
 
@@ -93,36 +103,37 @@ impl Shuffle<'_> {
         removed: Vec<AddedFile>,
         added: Vec<AddedFile>,
     ) -> Result<ShuffleOutcome, SyncError> {
+        let stored = removed.iter().chain(&added).map(|f| f.size).sum();
+        let buckets = bucket_count(self.buckets, stored, self.reduce_target_bytes);
         let mut groups: BTreeMap<String, MapTask> = BTreeMap::new();
         let task = || MapTask {
             schema_id: self.schema_id,
             removed: Vec::new(),
             added: Vec::new(),
+            input_bytes: 0,
             key: self.key.clone(),
-            buckets: self.buckets,
+            buckets,
         };
-        for f in removed {
-            groups
-                .entry(f.group)
-                .or_insert_with(task)
-                .removed
-                .push(f.path);
+        for (f, is_removed) in removed
+            .into_iter()
+            .map(|f| (f, true))
+            .chain(added.into_iter().map(|f| (f, false)))
+        {
+            let group = groups.entry(f.group).or_insert_with(task);
+            group.input_bytes += f.size;
+            let side = if is_removed {
+                &mut group.removed
+            } else {
+                &mut group.added
+            };
+            side.push(f.path);
         }
-        for f in added {
-            groups
-                .entry(f.group)
-                .or_insert_with(task)
-                .added
-                .push(f.path);
-        }
-        let maps: Vec<(String, serde_json::Value)> = groups
-            .into_values()
+        let maps: Vec<(String, serde_json::Value)> = pack(groups, self.map_memory_bytes)
+            .into_iter()
             .enumerate()
             .map(|(g, t)| (self.task_id("map", g), to_json(&t)))
             .collect();
-        self.store
-            .create_tasks(self.table, self.snapshot_id, "map", &maps)
-            .await?;
+        self.create_tasks("map", &maps).await?;
         let results: Vec<MapResult> = self.wait("map").await?;
 
         let mut by_bucket: BTreeMap<u32, Vec<BucketFile>> = BTreeMap::new();
@@ -143,9 +154,7 @@ impl Shuffle<'_> {
                     (self.task_id("reduce", n), to_json(&task))
                 })
                 .collect();
-        self.store
-            .create_tasks(self.table, self.snapshot_id, "reduce", &reduces)
-            .await?;
+        self.create_tasks("reduce", &reduces).await?;
         let outputs: Vec<ReduceResult> = self.wait("reduce").await?;
         Ok(ShuffleOutcome {
             deleted: results.iter().map(|r| r.deleted).sum(),
@@ -162,6 +171,25 @@ impl Shuffle<'_> {
                 })
                 .collect(),
         })
+    }
+
+    /// Creates the tasks unless a coordinator before a failover did: the tasks of a kind
+    /// are planned once, even if this node would pack them differently.
+    async fn create_tasks(
+        &self,
+        kind: &str,
+        tasks: &[(String, serde_json::Value)],
+    ) -> Result<(), SyncError> {
+        let (planned, _, _) = self
+            .store
+            .task_progress(self.table, self.snapshot_id, kind)
+            .await?;
+        if planned == 0 {
+            self.store
+                .create_tasks(self.table, self.snapshot_id, kind, tasks)
+                .await?;
+        }
+        Ok(())
     }
 
     /// Ids sort in task order: `<table>/<snapshot>/<kind>/<n>`.
@@ -208,6 +236,53 @@ impl Shuffle<'_> {
     }
 }
 
+/// Decoded rows take about this many times their stored (compressed Parquet) size, with
+/// the row format of one side on top: Arrow is ~6x zstd Parquet on the taxi table.
+const DECODED_PER_STORED_BYTE: u64 = 10;
+
+/// Memory a map task over `stored` bytes of files needs to cancel carryover in memory.
+fn estimated_memory(stored: u64) -> u64 {
+    stored.saturating_mul(DECODED_PER_STORED_BYTE)
+}
+
+/// Map tasks have at least this many parts of a rewrite when its groups are small enough,
+/// so that every task worker gets a share.
+const MIN_MAP_TASKS: u64 = 8;
+
+/// Packs consecutive partition groups (never split, so carryover within each is complete)
+/// into map tasks of up to `memory` estimated bytes, and of about an eighth of the whole
+/// when that is less: hundreds of small groups make a few tasks, not hundreds.
+fn pack(groups: BTreeMap<String, MapTask>, memory: u64) -> Vec<MapTask> {
+    let total: u64 = groups
+        .values()
+        .map(|g| estimated_memory(g.input_bytes))
+        .sum();
+    let target = memory.min(total.div_ceil(MIN_MAP_TASKS));
+    let mut tasks: Vec<MapTask> = Vec::new();
+    for group in groups.into_values() {
+        match tasks.last_mut() {
+            Some(last) if estimated_memory(last.input_bytes + group.input_bytes) <= target => {
+                last.removed.extend(group.removed);
+                last.added.extend(group.added);
+                last.input_bytes += group.input_bytes;
+            }
+            _ => tasks.push(group),
+        }
+    }
+    tasks
+}
+
+/// More buckets than this would mostly add per-part overhead.
+const MAX_BUCKETS: u64 = 4096;
+
+/// At least `configured` buckets, and enough that one bucket would hold about
+/// `reduce_target` bytes even if every row of `stored` bytes of files survived: a reduce
+/// task holds at least one whole bucket in memory.
+fn bucket_count(configured: u32, stored: u64, reduce_target: u64) -> u32 {
+    let needed = estimated_memory(stored).div_ceil(reduce_target.max(1));
+    configured.max(needed.min(MAX_BUCKETS) as u32)
+}
+
 /// Groups consecutive buckets into reduce inputs of up to `target` bytes (a bucket is
 /// never split), as adaptive query execution coalesces small shuffle partitions.
 fn coalesce(by_bucket: BTreeMap<u32, Vec<BucketFile>>, target: u64) -> Vec<Vec<BucketFile>> {
@@ -233,13 +308,10 @@ fn to_json<T: Serialize>(value: &T) -> serde_json::Value {
     serde_json::to_value(value).expect("task payloads serialize")
 }
 
-/// The key of a shuffle file.
-pub fn shuffle_key(table: TableId, snapshot_id: i64, task: &str, bucket: u32) -> String {
+/// The key of a shuffle file `name` of a task.
+pub fn shuffle_key(table: TableId, snapshot_id: i64, task: &str, name: &str) -> String {
     let n = task.rsplit('/').next().unwrap_or(task);
-    format!(
-        "{}/m{n}-b{bucket:05}.parquet",
-        shuffle_prefix(table, snapshot_id)
-    )
+    format!("{}/m{n}-{name}.arrow", shuffle_prefix(table, snapshot_id))
 }
 
 /// Where a snapshot's shuffle files live; deleted once the snapshot is published.
@@ -255,6 +327,7 @@ mod tests {
         BucketFile {
             bucket,
             rows: 1,
+            offset: 0,
             bytes,
             path: format!("b{bucket}"),
         }
@@ -274,5 +347,48 @@ mod tests {
             .collect();
         assert_eq!(buckets, vec![vec![0, 0, 3], vec![5], vec![9]]);
         assert!(coalesce(BTreeMap::new(), 100).is_empty());
+    }
+
+    #[test]
+    fn large_rewrites_get_more_buckets() {
+        assert_eq!(bucket_count(64, 0, 64 << 20), 64);
+        assert_eq!(bucket_count(64, 1 << 30, 64 << 20), 160);
+        assert_eq!(bucket_count(64, u64::MAX, 64 << 20), 4096);
+        assert_eq!(bucket_count(5000, u64::MAX, 64 << 20), 5000);
+    }
+
+    fn group(files: &[&str], input_bytes: u64) -> MapTask {
+        MapTask {
+            schema_id: 0,
+            removed: files.iter().map(|f| f.to_string()).collect(),
+            added: Vec::new(),
+            input_bytes,
+            key: vec![0],
+            buckets: 4,
+        }
+    }
+
+    #[test]
+    fn small_groups_pack_into_few_tasks_and_large_ones_stand_alone() {
+        let groups: BTreeMap<String, MapTask> = [
+            ("a", group(&["a"], 10)),
+            ("b", group(&["b"], 10)),
+            ("c", group(&["c"], 500)),
+            ("d", group(&["d"], 10)),
+            ("e", group(&["e"], 10)),
+        ]
+        .into_iter()
+        .map(|(k, g)| (k.to_string(), g))
+        .collect();
+        // 200 bytes of memory hold 20 stored bytes.
+        let tasks = pack(groups, 200);
+        let files: Vec<Vec<String>> = tasks.iter().map(|t| t.removed.clone()).collect();
+        assert_eq!(files, vec![vec!["a", "b"], vec!["c"], vec!["d", "e"]]);
+        assert_eq!(tasks[0].input_bytes, 20);
+        // Plenty of memory: still about an eighth of the whole per task.
+        let many: BTreeMap<String, MapTask> = (0..16)
+            .map(|i| (format!("{i:02}"), group(&["x"], 10)))
+            .collect();
+        assert_eq!(pack(many, u64::MAX).len(), 8);
     }
 }

@@ -1,14 +1,9 @@
 //! Reduce task: read a run of buckets from every map task, pair rows by key, and write
 //! one segment of the change set.
 
-use arrow::array::Int8Array;
-use arrow::array::{AsArray, RecordBatch};
-use arrow::compute::kernels::cmp::eq;
-use arrow::compute::{concat_batches, filter_record_batch};
-use arrow::datatypes::Int8Type;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use arrow::compute::concat_batches;
 
-use super::map::SIDE;
+use super::files::{read_parts, split_sides};
 use super::{ReduceResult, ReduceTask};
 use crate::changelog::carryover::{PairError, Survivors, pair};
 use crate::changes::ChangeStore;
@@ -25,32 +20,10 @@ pub async fn run_reduce(
     let opened = ctx.open(task.table_id, reduce.schema_id).await?;
     let schema = opened.read.batch_schema();
     let (mut deleted, mut inserted) = (Vec::new(), Vec::new());
-    for input in &reduce.inputs {
-        let bytes = ctx
-            .changes
-            .get(&input.path)
-            .await
-            .map_err(TaskError::retryable)?;
-        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
-            .and_then(|b| b.build())
-            .map_err(TaskError::retryable)?;
-        for batch in reader {
-            let batch = batch.map_err(TaskError::retryable)?;
-            let side = batch
-                .column_by_name(SIDE)
-                .and_then(|c| c.as_primitive_opt::<Int8Type>())
-                .ok_or_else(|| {
-                    TaskError::Retryable(format!("shuffle file {} is corrupt", input.path))
-                })?;
-            for (value, out) in [(0i8, &mut deleted), (1i8, &mut inserted)] {
-                let mask = eq(side, &Int8Array::new_scalar(value)).map_err(TaskError::retryable)?;
-                let rows = filter_record_batch(&batch, &mask).map_err(TaskError::retryable)?;
-                let columns = rows.columns()[1..].to_vec();
-                out.push(
-                    RecordBatch::try_new(schema.clone(), columns).map_err(TaskError::retryable)?,
-                );
-            }
-        }
+    for batch in read_parts(&ctx.changes, &reduce.inputs).await? {
+        let [d, i] = split_sides(&schema, &batch)?;
+        deleted.push(d);
+        inserted.push(i);
     }
     let survivors = Survivors {
         deleted: concat_batches(&schema, &deleted).map_err(TaskError::retryable)?,
