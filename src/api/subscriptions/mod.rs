@@ -160,12 +160,15 @@ pub(crate) async fn view(state: &AppState, loaded: &Loaded) -> Result<Subscripti
     let mut total = SubscriptionLag::default();
     let mut oldest = None;
     let mut tables = Vec::with_capacity(loaded.slots.len());
+    // Shown canonical, so that the same point always reads as the same cursor.
+    let mut canonical = Vec::with_capacity(loaded.slots.len());
     for (slot, table) in loaded.slots.iter().zip(&loaded.tables) {
         let committed = state
             .store
             .canonical_position(table.id, slot.committed)
             .await?
             .unwrap_or(slot.committed);
+        canonical.push(committed);
         let feed = state.store.feed_lag(table.id, committed).await?;
         let oldest_here = feed.oldest_committed_at.or(table
             .oldest_pending_committed_at
@@ -195,7 +198,7 @@ pub(crate) async fn view(state: &AppState, loaded: &Loaded) -> Result<Subscripti
         ops: s.ops.clone(),
         columns: s.columns.clone(),
         start: s.start_position.clone(),
-        committed: loaded.encode(&loaded.committed()),
+        committed: loaded.encode(&canonical),
         lag: total,
         tables,
         last_error: s.last_error.clone(),
