@@ -10,7 +10,6 @@ use std::collections::BTreeSet;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use chrono::Utc;
 use serde::Deserialize;
 use utoipa::IntoParams;
 use uuid::Uuid;
@@ -24,8 +23,8 @@ use super::pages::{
 use crate::changes::{Position, subscription_cursor};
 use crate::delivery::{Positions, Selection};
 use crate::store::{
-    NewSubscription, SourceTable, StoreError, SubscribedTable, Subscription, SubscriptionState,
-    TableId,
+    Lag, NewSubscription, SourceTable, StoreError, SubscribedTable, Subscription,
+    SubscriptionState, TableId,
 };
 use model::{
     Ack, CreateSubscription, SubscribedTableView, SubscriptionKind, SubscriptionLag,
@@ -157,34 +156,17 @@ pub(crate) async fn load(state: &AppState, id_or_name: &str) -> Result<Loaded, A
 }
 
 pub(crate) async fn view(state: &AppState, loaded: &Loaded) -> Result<SubscriptionView, ApiError> {
-    let mut total = SubscriptionLag::default();
-    let mut oldest = None;
+    let mut total = Lag::default();
     let mut tables = Vec::with_capacity(loaded.slots.len());
     for (slot, table) in loaded.slots.iter().zip(&loaded.tables) {
-        let committed = state
-            .store
-            .canonical_position(table.id, slot.committed)
-            .await?
-            .unwrap_or(slot.committed);
-        let feed = state.store.feed_lag(table.id, committed).await?;
-        let oldest_here = feed.oldest_committed_at.or(table
-            .oldest_pending_committed_at
-            .filter(|_| table.snapshots_behind > 0));
-        let lag = SubscriptionLag {
-            events: feed.events,
-            snapshots: feed.change_sets + table.snapshots_behind,
-            seconds: seconds_since(oldest_here),
-        };
-        total.events += lag.events;
-        total.snapshots += lag.snapshots;
-        oldest = oldest.min(oldest_here).or(oldest).or(oldest_here);
+        let lag = state.store.subscription_lag(table, slot.committed).await?;
+        total.add(&lag);
         tables.push(SubscribedTableView {
             table_id: table.id.0,
             table: table.table_name.clone(),
-            lag,
+            lag: view_lag(&lag),
         });
     }
-    total.seconds = seconds_since(oldest);
     let s = &loaded.subscription;
     let (target, push) = push::status(state, loaded).await?.unzip();
     Ok(SubscriptionView {
@@ -196,7 +178,7 @@ pub(crate) async fn view(state: &AppState, loaded: &Loaded) -> Result<Subscripti
         columns: s.columns.clone(),
         start: s.start_position.clone(),
         committed: loaded.encode(&loaded.committed()),
-        lag: total,
+        lag: view_lag(&total),
         tables,
         last_error: s.last_error.clone(),
         target,
@@ -206,10 +188,12 @@ pub(crate) async fn view(state: &AppState, loaded: &Loaded) -> Result<Subscripti
     })
 }
 
-fn seconds_since(t: Option<chrono::DateTime<Utc>>) -> f64 {
-    t.map_or(0.0, |t| {
-        (Utc::now() - t).num_milliseconds().max(0) as f64 / 1000.0
-    })
+fn view_lag(lag: &Lag) -> SubscriptionLag {
+    SubscriptionLag {
+        events: lag.events,
+        snapshots: lag.snapshots,
+        seconds: lag.seconds(),
+    }
 }
 
 fn validate_name(name: &str) -> Result<(), ApiError> {
