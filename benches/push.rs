@@ -446,9 +446,10 @@ impl Bench {
                 .bytes()
                 .await?;
             // `{"took":N,"errors":false,…`: any failed item fails the benchmark.
+            const NO_ERRORS: &[u8] = b"\"errors\":false";
             let head = &answer[..answer.len().min(40)];
             anyhow::ensure!(
-                head.windows(15).any(|w| w == b"\"errors\":false"),
+                head.windows(NO_ERRORS.len()).any(|w| w == NO_ERRORS),
                 "a bare _bulk had errors: {}",
                 String::from_utf8_lossy(&answer[..answer.len().min(2000)])
             );
