@@ -24,7 +24,6 @@ mod service;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::Parser;
 
 const DEFAULT_ADMIN_URL: &str = "postgres://icefeed:icefeed@127.0.0.1:5432/icefeed";
@@ -76,7 +75,7 @@ fn main() -> anyhow::Result<()> {
     anyhow::ensure!(args.rows > 0, "--rows must be positive");
     let dir = match &args.dir {
         Some(dir) => dir.clone(),
-        None => default_dir(args.rows)?,
+        None => generate::default_dir(args.rows)?,
     };
     let pull_events = args.pull_events.unwrap_or(args.rows.min(2_000_000));
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -188,13 +187,6 @@ fn main() -> anyhow::Result<()> {
         _ => println!("peak RSS: unavailable"),
     }
     Ok(())
-}
-
-fn default_dir(rows: u64) -> anyhow::Result<PathBuf> {
-    let home = std::env::var_os("HOME").context("HOME is not set; pass --dir")?;
-    Ok(PathBuf::from(home)
-        .join(".cache/icefeed/bench")
-        .join(format!("taxi-{rows}")))
 }
 
 /// `VmHWM` of this process in KiB.

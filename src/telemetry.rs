@@ -71,4 +71,22 @@ fn describe() {
         crate::delivery::stream::EVENTS_STREAMED,
         "Change events sent over server-sent event streams"
     );
+    use crate::workers::push::gauges;
+    describe_gauge!(
+        gauges::STATE,
+        "1 for a push subscription's state (running, backing_off, paused, failed), 0 for the \
+         others; set by the node pushing it"
+    );
+    describe_gauge!(
+        gauges::LAG_EVENTS,
+        "Published events a push subscription has not pushed"
+    );
+    describe_gauge!(
+        gauges::LAG_SNAPSHOTS,
+        "Snapshots a push subscription has not pushed, published or not"
+    );
+    describe_gauge!(
+        gauges::LAG_SECONDS,
+        "Age of the oldest change a push subscription has not pushed"
+    );
 }

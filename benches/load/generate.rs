@@ -90,6 +90,14 @@ impl BenchTable {
     }
 }
 
+/// The default directory of the table of `rows` rows: `$HOME/.cache/icefeed/bench/taxi-<rows>`.
+pub fn default_dir(rows: u64) -> anyhow::Result<PathBuf> {
+    let home = std::env::var_os("HOME").context("HOME is not set; pass --dir")?;
+    Ok(PathBuf::from(home)
+        .join(".cache/icefeed/bench")
+        .join(format!("taxi-{rows}")))
+}
+
 /// Opens the table under `dir` when it holds exactly `rows` rows; otherwise (re)generates it.
 pub async fn ensure_table(
     dir: &Path,

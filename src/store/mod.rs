@@ -18,7 +18,7 @@ pub use leases::Lease;
 pub use push::{DeadLetter, NewDeadLetter, PushCommit, PushRecord};
 pub use retention::{Floor, Pruned, Retention};
 pub use subscriptions::{
-    FeedLag, NewSubscription, SubscribedTable, Subscription, SubscriptionState,
+    FeedLag, Lag, NewSubscription, SubscribedTable, Subscription, SubscriptionState,
 };
 pub use tables::{NewSourceTable, PollOutcome, SourceTable, TableId, TableState, display_name};
 pub use tasks::{ClaimedTask, TaskStatus};

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::{Store, StoreError, TableId};
+use super::{SourceTable, Store, StoreError, TableId};
 use crate::changes::Position;
 
 /// Whether a subscription delivers.
@@ -90,6 +90,36 @@ pub struct NewSubscription {
     pub tables: Vec<(TableId, Position)>,
     /// The push target (secrets included) of an `opensearch` subscription.
     pub target: Option<serde_json::Value>,
+}
+
+/// How far a subscription is behind on one or more tables.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Lag {
+    /// Published events not consumed.
+    pub events: i64,
+    /// Published change sets not consumed plus snapshots not yet published.
+    pub snapshots: i64,
+    /// Commit time of the oldest change not consumed.
+    pub oldest_committed_at: Option<DateTime<Utc>>,
+}
+
+impl Lag {
+    /// Adds the lag on another table.
+    pub fn add(&mut self, other: &Lag) {
+        self.events += other.events;
+        self.snapshots += other.snapshots;
+        self.oldest_committed_at = match (self.oldest_committed_at, other.oldest_committed_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+
+    /// Age in seconds of the oldest change not consumed (0 when caught up).
+    pub fn seconds(&self) -> f64 {
+        self.oldest_committed_at.map_or(0.0, |t| {
+            (Utc::now() - t).num_milliseconds().max(0) as f64 / 1000.0
+        })
+    }
 }
 
 /// How far a table's feed is ahead of a position.
@@ -364,6 +394,27 @@ impl Store {
             events: events.max(0),
             change_sets,
             oldest_committed_at: oldest,
+        })
+    }
+
+    /// How far a subscription committed at `committed` is behind on `table` (as just read
+    /// from the store): its feed after the position, plus snapshots not yet published.
+    pub async fn subscription_lag(
+        &self,
+        table: &SourceTable,
+        committed: Position,
+    ) -> Result<Lag, StoreError> {
+        let committed = self
+            .canonical_position(table.id, committed)
+            .await?
+            .unwrap_or(committed);
+        let feed = self.feed_lag(table.id, committed).await?;
+        Ok(Lag {
+            events: feed.events,
+            snapshots: feed.change_sets + table.snapshots_behind,
+            oldest_committed_at: feed.oldest_committed_at.or(table
+                .oldest_pending_committed_at
+                .filter(|_| table.snapshots_behind > 0)),
         })
     }
 

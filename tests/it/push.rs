@@ -178,14 +178,17 @@ fn target(endpoint: &str, index: &str, extra: Value) -> Value {
 }
 
 /// Registers the table and creates a push subscription of it; returns the subscription id.
+/// Creates a push subscription named after its index (unique, so that metrics of tests
+/// running in parallel do not mix).
 async fn push_subscription(node: &Node, wh: &Warehouse, target: Value) -> String {
+    let name = target["index"].as_str().unwrap().to_string();
     let table = node
         .register(&wh.registration("shop.items", json!({"start": "earliest"})))
         .await;
     let (status, sub) = node
         .post(
             "/v1/subscriptions",
-            &json!({"name": "items-to-search", "tables": [table], "kind": "opensearch",
+            &json!({"name": name, "tables": [table], "kind": "opensearch",
                     "target": target}),
         )
         .await;
@@ -230,6 +233,30 @@ async fn caught_up(node: &Node, sub: &str, table_head: &Table) -> Value {
         done.then_some(s)
     })
     .await
+}
+
+async fn scrape(node: &Node) -> String {
+    node.http
+        .get(node.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// The value of the sample of `name` whose labels include all of `labels` (`k="v"`).
+fn gauge(metrics: &str, name: &str, labels: &[&str]) -> Option<f64> {
+    metrics.lines().find_map(|line| {
+        let rest = line.strip_prefix(name)?.strip_prefix('{')?;
+        let (set, value) = rest.split_once("} ")?;
+        let have: Vec<&str> = set.split(',').collect();
+        labels
+            .iter()
+            .all(|l| have.contains(l))
+            .then(|| value.trim().parse().ok())?
+    })
 }
 
 /// Every document of `index`: id → (version, source).
@@ -318,19 +345,37 @@ async fn the_index_ends_equal_to_the_table_through_updates_moves_and_deletes() {
         (status, problem["code"].as_str()),
         (409, Some("push_subscription"))
     );
-    let metrics = node
-        .http
-        .get(node.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = scrape(&node).await;
+    let sub_label = format!("subscription=\"{index}\"");
     assert!(
-        metrics.contains("icefeed_push_documents_indexed_total{subscription=\"items-to-search\"}"),
+        metrics.contains(&format!(
+            "icefeed_push_documents_indexed_total{{{sub_label}}}"
+        )),
         "{metrics}"
     );
+    // The gauges: running and caught up (set when the worker finds nothing more to push).
+    wait_until(Duration::from_secs(10), || async {
+        let metrics = scrape(&node).await;
+        let gauge = |name: &str, labels: &[&str]| gauge(&metrics, name, labels);
+        let states: Vec<_> = ["running", "backing_off", "paused", "failed"]
+            .iter()
+            .map(|s| {
+                gauge(
+                    "icefeed_push_state",
+                    &[&sub_label, &format!("state=\"{s}\"")],
+                )
+            })
+            .collect();
+        let lag = [
+            "icefeed_push_lag_events",
+            "icefeed_push_lag_snapshots",
+            "icefeed_push_lag_seconds",
+        ]
+        .map(|name| gauge(name, &[&sub_label]));
+        (states == [Some(1.0), Some(0.0), Some(0.0), Some(0.0)] && lag == [Some(0.0); 3])
+            .then_some(())
+    })
+    .await;
     node.shutdown().await;
 }
 

@@ -10,7 +10,6 @@ use std::collections::BTreeSet;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use chrono::Utc;
 use serde::Deserialize;
 use utoipa::IntoParams;
 use uuid::Uuid;
@@ -24,8 +23,8 @@ use super::pages::{
 use crate::changes::{Position, subscription_cursor};
 use crate::delivery::{Positions, Selection};
 use crate::store::{
-    NewSubscription, SourceTable, StoreError, SubscribedTable, Subscription, SubscriptionState,
-    TableId,
+    Lag, NewSubscription, SourceTable, StoreError, SubscribedTable, Subscription,
+    SubscriptionState, TableId,
 };
 use model::{
     Ack, CreateSubscription, SubscribedTableView, SubscriptionKind, SubscriptionLag,
@@ -157,8 +156,7 @@ pub(crate) async fn load(state: &AppState, id_or_name: &str) -> Result<Loaded, A
 }
 
 pub(crate) async fn view(state: &AppState, loaded: &Loaded) -> Result<SubscriptionView, ApiError> {
-    let mut total = SubscriptionLag::default();
-    let mut oldest = None;
+    let mut total = Lag::default();
     let mut tables = Vec::with_capacity(loaded.slots.len());
     // Shown canonical, so that the same point always reads as the same cursor.
     let mut canonical = Vec::with_capacity(loaded.slots.len());
@@ -169,25 +167,14 @@ pub(crate) async fn view(state: &AppState, loaded: &Loaded) -> Result<Subscripti
             .await?
             .unwrap_or(slot.committed);
         canonical.push(committed);
-        let feed = state.store.feed_lag(table.id, committed).await?;
-        let oldest_here = feed.oldest_committed_at.or(table
-            .oldest_pending_committed_at
-            .filter(|_| table.snapshots_behind > 0));
-        let lag = SubscriptionLag {
-            events: feed.events,
-            snapshots: feed.change_sets + table.snapshots_behind,
-            seconds: seconds_since(oldest_here),
-        };
-        total.events += lag.events;
-        total.snapshots += lag.snapshots;
-        oldest = oldest.min(oldest_here).or(oldest).or(oldest_here);
+        let lag = state.store.subscription_lag(table, committed).await?;
+        total.add(&lag);
         tables.push(SubscribedTableView {
             table_id: table.id.0,
             table: table.table_name.clone(),
-            lag,
+            lag: view_lag(&lag),
         });
     }
-    total.seconds = seconds_since(oldest);
     let s = &loaded.subscription;
     let (target, push) = push::status(state, loaded).await?.unzip();
     Ok(SubscriptionView {
@@ -199,7 +186,7 @@ pub(crate) async fn view(state: &AppState, loaded: &Loaded) -> Result<Subscripti
         columns: s.columns.clone(),
         start: s.start_position.clone(),
         committed: loaded.encode(&canonical),
-        lag: total,
+        lag: view_lag(&total),
         tables,
         last_error: s.last_error.clone(),
         target,
@@ -209,10 +196,12 @@ pub(crate) async fn view(state: &AppState, loaded: &Loaded) -> Result<Subscripti
     })
 }
 
-fn seconds_since(t: Option<chrono::DateTime<Utc>>) -> f64 {
-    t.map_or(0.0, |t| {
-        (Utc::now() - t).num_milliseconds().max(0) as f64 / 1000.0
-    })
+fn view_lag(lag: &Lag) -> SubscriptionLag {
+    SubscriptionLag {
+        events: lag.events,
+        snapshots: lag.snapshots,
+        seconds: lag.seconds(),
+    }
 }
 
 fn validate_name(name: &str) -> Result<(), ApiError> {

@@ -8,7 +8,7 @@ use crate::changes::Position;
 use crate::delivery::opensearch::{BulkAction, ItemOutcome, SendError};
 use crate::delivery::push::{ItemError, UNRENDERABLE, item_for_event, send_items};
 use crate::delivery::{FeedError, Framing, JsonSink, OpSet, Positions, Selection};
-use crate::store::{NewDeadLetter, PushCommit, StoreError, SubscriptionState, TableId};
+use crate::store::{Lag, NewDeadLetter, PushCommit, StoreError, SubscriptionState, TableId};
 
 /// What a batch came to.
 #[derive(Debug)]
@@ -17,8 +17,9 @@ pub enum Step {
     Pushed { events: usize, more: bool },
     /// Nothing after the committed position.
     Idle,
-    /// The subscription no longer wants a worker (paused, failed, deleted).
-    Stop,
+    /// The subscription no longer wants a worker: paused or failed (its state), or
+    /// deleted (`None`).
+    Stop(Option<SubscriptionState>),
 }
 
 /// Why a batch did not go through.
@@ -41,14 +42,14 @@ impl Pusher {
         let store = self.feed.store();
         let subscription = match store.find_subscription(&self.id.to_string()).await {
             Ok(s) => s,
-            Err(StoreError::NotFound) => return Ok(Step::Stop),
+            Err(StoreError::NotFound) => return Ok(Step::Stop(None)),
             Err(e) => return Err(e.into()),
         };
         if !matches!(
             subscription.state,
             SubscriptionState::Active | SubscriptionState::BackingOff
         ) {
-            return Ok(Step::Stop);
+            return Ok(Step::Stop(Some(subscription.state)));
         }
         let slots = store.subscribed_tables(self.id).await?;
         let committed: Vec<Position> = slots.iter().map(|s| s.committed).collect();
@@ -161,6 +162,17 @@ impl Pusher {
             events,
             more: end.more,
         })
+    }
+
+    /// How far the subscription is behind on all its tables, as the store has it now.
+    pub async fn lag(&self) -> Result<Lag, StoreError> {
+        let store = self.feed.store();
+        let mut total = Lag::default();
+        for slot in store.subscribed_tables(self.id).await? {
+            let table = store.get_table(slot.table_id).await?;
+            total.add(&store.subscription_lag(&table, slot.committed).await?);
+        }
+        Ok(total)
     }
 
     fn record(&self, commit: &PushCommit) {

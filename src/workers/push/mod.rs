@@ -3,10 +3,11 @@
 //! subscription stops wanting a worker or the lease is lost.
 
 mod batch;
+pub mod gauges;
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rand::Rng;
 use tokio_util::sync::CancellationToken;
@@ -16,8 +17,21 @@ use super::Heartbeat;
 use crate::config::PushSettings;
 use crate::delivery::opensearch::{OpenSearchClient, PushTarget, RetryPolicy, SendError};
 use crate::delivery::{ChangeNotifier, Feed};
-use crate::store::{Lease, SourceTable, Store, StoreError};
+use crate::store::{Lease, SourceTable, Store, StoreError, SubscriptionState};
 pub use batch::{BatchError, Step};
+
+/// Least time between two lag reports of a subscription while it is pushing.
+const LAG_REPORT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Sets the lag gauges of a subscription; a failure only costs a stale figure.
+async fn report_lag(pusher: &Pusher) {
+    match pusher.lag().await {
+        Ok(lag) => gauges::set_lag(&pusher.name, &lag),
+        Err(e) => {
+            tracing::debug!(subscription = %pusher.name, error = %e, "reading the lag failed")
+        }
+    }
+}
 
 /// Claims push subscriptions on a timer and runs one [`Pusher`] per claimed subscription.
 #[derive(Clone)]
@@ -156,15 +170,33 @@ impl PushWorker {
             async move { store.renew_lease(&lease, ttl).await }
         });
         let table_ids: Vec<_> = pusher.tables.iter().map(|t| t.id).collect();
+        let mut lag_reported: Option<Instant> = None;
         loop {
             // Subscribe before reading: a publish during the batch wakes the wait after it.
             let mut waiter = self.notifier.subscribe_all(table_ids.iter().copied());
             let step = pusher.run_once(&lost).await;
             let wait = match step {
-                Ok(Step::Pushed { more: true, .. }) => continue,
-                Ok(Step::Pushed { .. }) => continue,
-                Ok(Step::Idle) => self.settings.idle_recheck,
-                Ok(Step::Stop) => break,
+                Ok(Step::Pushed { .. }) => {
+                    gauges::set_state(&pusher.name, SubscriptionState::Active);
+                    if lag_reported.is_none_or(|at| at.elapsed() >= LAG_REPORT_INTERVAL) {
+                        report_lag(&pusher).await;
+                        lag_reported = Some(Instant::now());
+                    }
+                    continue;
+                }
+                Ok(Step::Idle) => {
+                    gauges::set_state(&pusher.name, SubscriptionState::Active);
+                    report_lag(&pusher).await;
+                    lag_reported = Some(Instant::now());
+                    self.settings.idle_recheck
+                }
+                Ok(Step::Stop(state)) => {
+                    if let Some(state) = state {
+                        gauges::set_state(&pusher.name, state);
+                        report_lag(&pusher).await;
+                    }
+                    break;
+                }
                 Err(BatchError::Send(SendError::Cancelled))
                 | Err(BatchError::Store(StoreError::LeaseLost(_))) => break,
                 Err(e) => match self.on_error(&pusher, e).await {
@@ -194,7 +226,10 @@ impl PushWorker {
                 self.store()
                     .push_failed(&pusher.lease, pusher.id, &message)
                     .await
-                    .map(|_| None)
+                    .map(|_| {
+                        gauges::set_state(&pusher.name, SubscriptionState::Failed);
+                        None
+                    })
             }
             _ => {
                 let backoff = self.settings.backoff;
@@ -204,7 +239,10 @@ impl PushWorker {
                 self.store()
                     .push_backing_off(&pusher.lease, pusher.id, &message, retry_at)
                     .await
-                    .map(|_| Some(backoff))
+                    .map(|_| {
+                        gauges::set_state(&pusher.name, SubscriptionState::BackingOff);
+                        Some(backoff)
+                    })
             }
         };
         result.unwrap_or_else(|e| {

@@ -1,0 +1,496 @@
+//! Push benchmark: documents per second a push subscription writes into OpenSearch, next
+//! to a bare `_bulk` loader sending the same documents in batches of the same size (the
+//! floor set by OpenSearch itself).
+//!
+//! `cargo bench --bench push -- [--rows 1000000] [--changed 50000] [--batch 1000]`
+//!
+//! 1. copies the taxi table of `benches/load.rs` (generated there when missing) into a
+//!    scratch directory next to it, since the CDC scenarios commit to it;
+//! 2. registers the copy (`start: "snapshot"`, key `trip_id`) with an in-process node on a
+//!    fresh PostgreSQL database and waits for its initial export;
+//! 3. initial load: creates a push subscription into a fresh index and times it from
+//!    creation until its lag is zero; then the bare loader sends the same events, made
+//!    into the same `_bulk` bodies by the same code (`item_for_event`, `split`, `encode`)
+//!    into a second fresh index with the same settings, one request at a time, as the
+//!    push worker does (one batch in flight per subscription);
+//! 4. CDC: per scenario (copy-on-write update, then delete, of `--changed` scattered
+//!    rows) pauses the subscription, commits one snapshot, waits until it is published,
+//!    then times the resumed subscription until its lag is zero, then the bare loader;
+//! 5. checks both indices hold the table's rows, prints docs/s of both and the ratio.
+//!
+//! icefeed always goes first, so any warm-up of OpenSearch favours the bare loader.
+//! PostgreSQL: `ICEFEED_BENCH_DATABASE_URL`; OpenSearch: `ICEFEED_BENCH_OPENSEARCH_URL`
+//! (default `http://127.0.0.1:9200`).
+
+#[path = "load/cdc.rs"]
+#[allow(dead_code)]
+mod cdc;
+#[path = "load/database.rs"]
+mod database;
+#[path = "load/generate.rs"]
+#[allow(dead_code)]
+mod generate;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use clap::Parser;
+use iceberg::{Catalog, TableIdent};
+use icefeed::api::pages::{MORE_HEADER, NEXT_CURSOR_HEADER};
+use icefeed::delivery::opensearch::{OpenSearchClient, PushTarget, encode, split};
+use icefeed::delivery::push::item_for_event;
+use icefeed::demo::rewrite::{live_data_files, rewrite_with};
+use icefeed::demo::writer::{self, AppendOptions};
+use icefeed::store::{SourceTable, Store, TableId};
+use reqwest::header::{ACCEPT, CONTENT_TYPE};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::cdc::{Kind, apply, copy_table, plan_scattered, register, scratch_dir, wait_checkpoint};
+use crate::database::{Database, node_settings};
+
+const DEFAULT_ADMIN_URL: &str = "postgres://icefeed:icefeed@127.0.0.1:5432/icefeed";
+const DEFAULT_OPENSEARCH_URL: &str = "http://127.0.0.1:9200";
+const PAGE_LIMIT: u64 = 10_000;
+const LAG_POLL: Duration = Duration::from_millis(20);
+const LAG_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// Arguments after `--` of `cargo bench --bench push`.
+#[derive(Debug, Parser)]
+#[command(name = "push", about = "icefeed push benchmark")]
+struct Args {
+    /// Rows of the taxi table (the one `--bench load` generates for that many rows).
+    #[arg(long, default_value_t = 1_000_000)]
+    rows: u64,
+    /// Rows each CDC scenario (update, delete) changes.
+    #[arg(long, default_value_t = 50_000)]
+    changed: u64,
+    /// Documents per `_bulk` request, for both (the push target's `batch.max_documents`).
+    #[arg(long, default_value_t = 1000)]
+    batch: usize,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
+/// One line of the results table.
+struct Outcome {
+    scenario: String,
+    documents: u64,
+    icefeed: Duration,
+    bare: Duration,
+    load: String,
+}
+
+/// What the scenarios share.
+struct Bench {
+    http: reqwest::Client,
+    base: String,
+    opensearch: String,
+    table: SourceTable,
+    subscription: String,
+    /// The bare loader's target: the subscription's, with another index.
+    bare: PushTarget,
+    bare_index: String,
+    icefeed_index: String,
+    /// The table feed's cursor after the events sent so far.
+    cursor: Option<String>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .init();
+    }
+    anyhow::ensure!(
+        args.rows > 0 && args.changed > 0 && args.batch > 0,
+        "--rows, --changed and --batch must be positive"
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let admin_url = std::env::var("ICEFEED_BENCH_DATABASE_URL")
+        .unwrap_or_else(|_| DEFAULT_ADMIN_URL.to_string());
+    let opensearch = std::env::var("ICEFEED_BENCH_OPENSEARCH_URL")
+        .unwrap_or_else(|_| DEFAULT_OPENSEARCH_URL.to_string());
+    let outcomes = runtime.block_on(run(&args, &admin_url, &opensearch))?;
+
+    println!();
+    println!(
+        "{:<28} {:>10} {:>12} {:>12} {:>7}  load (1/5/15 min)",
+        "scenario", "documents", "icefeed/s", "bare/s", "ratio"
+    );
+    for o in &outcomes {
+        let rate = |d: Duration| o.documents as f64 / d.as_secs_f64();
+        println!(
+            "{:<28} {:>10} {:>12.0} {:>12.0} {:>6.2}x  {}",
+            o.scenario,
+            o.documents,
+            rate(o.icefeed),
+            rate(o.bare),
+            o.icefeed.as_secs_f64() / o.bare.as_secs_f64(),
+            o.load
+        );
+    }
+    println!(
+        "(icefeed: subscription created or resumed → lag 0, polled every {} ms; bare: the \
+         same _bulk bodies, {} documents each, one request at a time; ratio: icefeed time / \
+         bare time)",
+        LAG_POLL.as_millis(),
+        args.batch
+    );
+    Ok(())
+}
+
+async fn run(args: &Args, admin_url: &str, opensearch: &str) -> anyhow::Result<Vec<Outcome>> {
+    // 1. The scratch copy of the load benchmark's table.
+    let source = generate::default_dir(args.rows)?;
+    generate::ensure_table(&source, args.rows, generate::DEFAULT_MAX_ROWS_PER_FILE).await?;
+    let scratch = scratch_dir(&source, "push")?;
+    copy_table(&source, &scratch).await?;
+    let table =
+        generate::ensure_table(&scratch, args.rows, generate::DEFAULT_MAX_ROWS_PER_FILE).await?;
+    anyhow::ensure!(
+        table.generated_in.is_none() && table.files.iter().all(|f| f.path.starts_with(&scratch)),
+        "the copy in {} does not reference its own files",
+        scratch.display()
+    );
+    println!("{}", table.describe());
+
+    // 2. The node.
+    let db = Database::create(admin_url).await?;
+    let changes = tempfile::Builder::new()
+        .prefix("icefeed-bench-changes")
+        .tempdir()?;
+    let mut settings = node_settings(&db.url, changes.path());
+    // A resumed subscription is claimed within this (jittered) interval.
+    settings.push.claim_interval = Duration::from_millis(100);
+    let stop = CancellationToken::new();
+    let node = icefeed::app::start(settings, stop.clone()).await?;
+    let base = format!("http://{}", node.addr);
+    let mut registration = table.registration();
+    registration["poll_interval_ms"] = json!(100);
+    registration["identifier_columns"] = json!(["trip_id"]);
+    let result = async {
+        let store = Store::connect(&db.url).await?;
+        scenarios(args, &scratch, &base, opensearch, &registration, &store).await
+    }
+    .await;
+    node.shutdown().await?;
+    db.drop().await?;
+    result
+}
+
+async fn scenarios(
+    args: &Args,
+    dir: &std::path::Path,
+    base: &str,
+    opensearch: &str,
+    registration: &Value,
+    store: &Store,
+) -> anyhow::Result<Vec<Outcome>> {
+    let http = reqwest::Client::new();
+    let catalog = writer::open_sql_catalog(dir, generate::CATALOG_NAME).await?;
+    let name = registration["table"].as_str().context("table name")?;
+    let ident = TableIdent::from_strs(name.split('.'))?;
+    let mut iceberg_table = catalog.load_table(&ident).await?;
+    let id = register(&http, base, registration).await?;
+    let head = iceberg_table
+        .metadata()
+        .current_snapshot_id()
+        .context("no snapshot")?;
+    let exported = wait_checkpoint(&http, base, &id, head).await?;
+    println!(
+        "initial export of {} rows: {:.1}s",
+        args.rows,
+        exported.as_secs_f64()
+    );
+    let table = store.get_table(TableId(id.parse()?)).await?;
+
+    let tag = uuid::Uuid::new_v4().simple().to_string();
+    let icefeed_index = format!("bench-push-icefeed-{}", &tag[..8]);
+    let bare_index = format!("bench-push-bare-{}", &tag[..8]);
+    let target = |index: &str| {
+        json!({
+            "endpoints": [opensearch],
+            "index": index,
+            "batch": {"max_documents": args.batch},
+            "index_settings": {"number_of_shards": 1, "number_of_replicas": 0},
+        })
+    };
+    let bare = PushTarget::from_json(&target(&bare_index))?;
+    let response = http
+        .post(format!("{base}/v1/subscriptions"))
+        .json(
+            &json!({"name": "bench-push", "tables": [id], "kind": "opensearch",
+                      "target": target(&icefeed_index)}),
+        )
+        .send()
+        .await?;
+    let started = Instant::now();
+    let status = response.status();
+    let body: Value = response.json().await?;
+    anyhow::ensure!(
+        status.is_success(),
+        "subscription answered {status}: {body}"
+    );
+    let subscription = body["id"].as_str().context("subscription id")?.to_string();
+    let mut bench = Bench {
+        http,
+        base: base.to_string(),
+        opensearch: opensearch.to_string(),
+        table,
+        subscription,
+        bare,
+        bare_index,
+        icefeed_index,
+        cursor: None,
+    };
+
+    // 3. Initial load.
+    let mut outcomes = Vec::new();
+    let icefeed = bench.wait_caught_up(started).await?;
+    let (documents, bare) = bench.bare_load().await?;
+    outcomes.push(Outcome {
+        scenario: "initial load (insert)".into(),
+        documents,
+        icefeed,
+        bare,
+        load: load_average(),
+    });
+    bench.check_counts(args.rows).await?;
+
+    // 4. CDC.
+    let mut rows = args.rows;
+    for kind in [Kind::Update, Kind::Delete] {
+        let scenario = format!("{} {} scattered", kind.op(), args.changed);
+        println!("{scenario} ...");
+        bench.set_paused(true).await?;
+        let plan = plan_scattered(&live_data_files(&iceberg_table).await?, args.changed)?;
+        let (remove, batches) = apply(&iceberg_table, &plan, kind).await?;
+        let options = AppendOptions {
+            max_rows_per_file: Some(generate::DEFAULT_MAX_ROWS_PER_FILE),
+            snapshot_properties: HashMap::new(),
+        };
+        let op = if kind == Kind::Update {
+            "overwrite"
+        } else {
+            "delete"
+        };
+        iceberg_table =
+            rewrite_with(&catalog, &iceberg_table, &remove, &batches, op, &options).await?;
+        let snapshot = iceberg_table
+            .metadata()
+            .current_snapshot_id()
+            .context("no snapshot")?;
+        wait_checkpoint(&bench.http, base, &id, snapshot).await?;
+        let started = Instant::now();
+        bench.set_paused(false).await?;
+        let icefeed = bench.wait_caught_up(started).await?;
+        let (documents, bare) = bench.bare_load().await?;
+        anyhow::ensure!(
+            documents == args.changed,
+            "{scenario}: {documents} events, expected {}",
+            args.changed
+        );
+        if kind == Kind::Delete {
+            rows -= args.changed;
+        }
+        bench.check_counts(rows).await?;
+        outcomes.push(Outcome {
+            scenario,
+            documents,
+            icefeed,
+            bare,
+            load: load_average(),
+        });
+    }
+    Ok(outcomes)
+}
+
+impl Bench {
+    async fn subscription_view(&self) -> anyhow::Result<Value> {
+        Ok(self
+            .http
+            .get(format!(
+                "{}/v1/subscriptions/{}",
+                self.base, self.subscription
+            ))
+            .send()
+            .await?
+            .error_for_status()?
+            .json()
+            .await?)
+    }
+
+    /// Waits until the subscription has pushed everything; the time since `started`.
+    async fn wait_caught_up(&self, started: Instant) -> anyhow::Result<Duration> {
+        loop {
+            let view = self.subscription_view().await?;
+            if view["push"]["state"] == "failed" {
+                bail!("the subscription failed: {}", view["push"]["last_error"]);
+            }
+            if view["push"]["state"] == "running"
+                && view["lag"]["events"] == 0
+                && view["lag"]["snapshots"] == 0
+            {
+                let elapsed = started.elapsed();
+                println!(
+                    "  icefeed: caught up in {:.2}s ({} indexed, {} deleted, {} skipped, {} rejected)",
+                    elapsed.as_secs_f64(),
+                    view["push"]["documents_indexed"],
+                    view["push"]["documents_deleted"],
+                    view["push"]["documents_skipped"],
+                    view["push"]["documents_rejected"],
+                );
+                return Ok(elapsed);
+            }
+            if started.elapsed() > LAG_TIMEOUT {
+                bail!("not caught up after {LAG_TIMEOUT:?}: {view}");
+            }
+            tokio::time::sleep(LAG_POLL).await;
+        }
+    }
+
+    /// Pauses or resumes the subscription; a pause waits until the worker has stopped.
+    async fn set_paused(&self, paused: bool) -> anyhow::Result<()> {
+        self.http
+            .patch(format!(
+                "{}/v1/subscriptions/{}",
+                self.base, self.subscription
+            ))
+            .json(&json!({ "paused": paused }))
+            .send()
+            .await?
+            .error_for_status()?;
+        while paused && self.subscription_view().await?["push"]["node"] != Value::Null {
+            tokio::time::sleep(LAG_POLL).await;
+        }
+        Ok(())
+    }
+
+    /// The table's events after the cursor, as the same `_bulk` bodies the push worker
+    /// sends (but into the bare index); advances the cursor. Not timed.
+    async fn bare_bodies(&mut self) -> anyhow::Result<(u64, Vec<Bytes>)> {
+        let url = format!("{}/v1/tables/{}/changes", self.base, self.table.id.0);
+        let mut items = Vec::new();
+        loop {
+            let mut request = self
+                .http
+                .get(&url)
+                .query(&[("limit", PAGE_LIMIT)])
+                .header(ACCEPT, "application/x-ndjson");
+            if let Some(cursor) = &self.cursor {
+                request = request.query(&[("after", cursor)]);
+            }
+            let response = request.send().await?.error_for_status()?;
+            let header = |name: &str| {
+                response
+                    .headers()
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string)
+                    .with_context(|| format!("NDJSON page without {name}"))
+            };
+            let next = header(NEXT_CURSOR_HEADER)?;
+            let more = header(MORE_HEADER)? == "true";
+            let body = response.bytes().await?;
+            let before = items.len();
+            for line in body.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                items.push(item_for_event(
+                    line,
+                    &self.bare,
+                    std::slice::from_ref(&self.table),
+                )?);
+            }
+            self.cursor = Some(next);
+            if !more || items.len() == before {
+                break;
+            }
+        }
+        let bodies = split(&items, &self.bare.config.batch)
+            .into_iter()
+            .map(|run| encode(&items[run]))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((items.len() as u64, bodies))
+    }
+
+    /// Sends the events after the cursor into the bare index, one `_bulk` at a time;
+    /// returns how many and the time the requests took.
+    async fn bare_load(&mut self) -> anyhow::Result<(u64, Duration)> {
+        let (documents, bodies) = self.bare_bodies().await?;
+        let client = OpenSearchClient::new(&self.bare)?;
+        let config = &self.bare.config;
+        client
+            .ensure_index(
+                &self.bare_index,
+                config.index_settings.as_ref(),
+                config.mappings.as_ref(),
+            )
+            .await?;
+        let url = format!("{}/_bulk", self.opensearch);
+        let started = Instant::now();
+        for body in bodies {
+            let answer = self
+                .http
+                .post(&url)
+                .header(CONTENT_TYPE, "application/x-ndjson")
+                .body(body)
+                .send()
+                .await?
+                .error_for_status()?
+                .bytes()
+                .await?;
+            // `{"took":N,"errors":false,…`: any failed item fails the benchmark.
+            const NO_ERRORS: &[u8] = b"\"errors\":false";
+            let head = &answer[..answer.len().min(40)];
+            anyhow::ensure!(
+                head.windows(NO_ERRORS.len()).any(|w| w == NO_ERRORS),
+                "a bare _bulk had errors: {}",
+                String::from_utf8_lossy(&answer[..answer.len().min(2000)])
+            );
+        }
+        let elapsed = started.elapsed();
+        println!(
+            "  bare loader: {documents} documents in {:.2}s",
+            elapsed.as_secs_f64()
+        );
+        Ok((documents, elapsed))
+    }
+
+    /// Both indices hold `rows` documents.
+    async fn check_counts(&self, rows: u64) -> anyhow::Result<()> {
+        for index in [&self.icefeed_index, &self.bare_index] {
+            self.http
+                .post(format!("{}/{index}/_refresh", self.opensearch))
+                .send()
+                .await?
+                .error_for_status()?;
+            let count: Value = self
+                .http
+                .get(format!("{}/{index}/_count", self.opensearch))
+                .send()
+                .await?
+                .error_for_status()?
+                .json()
+                .await?;
+            anyhow::ensure!(
+                count["count"].as_u64() == Some(rows),
+                "{index} holds {} documents, the table {rows}",
+                count["count"]
+            );
+        }
+        Ok(())
+    }
+}
+
+/// `/proc/loadavg`'s first three figures.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
+}

@@ -1,0 +1,50 @@
+//! The push worker's gauges, per subscription it pushes: its state and its lag, set
+//! where the worker learns them (after a batch, when idle, on a failure, when stopping),
+//! so that a scrape costs no database query. They stay at the last value this node saw.
+
+use crate::store::{Lag, SubscriptionState};
+
+/// `1` for the subscription's current state, `0` for the others.
+pub const STATE: &str = "icefeed_push_state";
+/// Published events the subscription has not pushed.
+pub const LAG_EVENTS: &str = "icefeed_push_lag_events";
+/// Snapshots the subscription has not pushed (published or not).
+pub const LAG_SNAPSHOTS: &str = "icefeed_push_lag_snapshots";
+/// Age in seconds of the oldest change not pushed.
+pub const LAG_SECONDS: &str = "icefeed_push_lag_seconds";
+
+/// A subscription's state as the API and the `state` label name it.
+pub fn state_name(state: SubscriptionState) -> &'static str {
+    match state {
+        SubscriptionState::Active => "running",
+        SubscriptionState::BackingOff => "backing_off",
+        SubscriptionState::Paused => "paused",
+        SubscriptionState::Failed => "failed",
+    }
+}
+
+/// Sets the state gauges of `subscription`.
+pub fn set_state(subscription: &str, state: SubscriptionState) {
+    let current = state_name(state);
+    for state in [
+        SubscriptionState::Active,
+        SubscriptionState::BackingOff,
+        SubscriptionState::Paused,
+        SubscriptionState::Failed,
+    ] {
+        let name = state_name(state);
+        let labels = [
+            ("subscription", subscription.to_string()),
+            ("state", name.to_string()),
+        ];
+        metrics::gauge!(STATE, &labels).set(if name == current { 1.0 } else { 0.0 });
+    }
+}
+
+/// Sets the lag gauges of `subscription`.
+pub fn set_lag(subscription: &str, lag: &Lag) {
+    let labels = [("subscription", subscription.to_string())];
+    metrics::gauge!(LAG_EVENTS, &labels).set(lag.events as f64);
+    metrics::gauge!(LAG_SNAPSHOTS, &labels).set(lag.snapshots as f64);
+    metrics::gauge!(LAG_SECONDS, &labels).set(lag.seconds());
+}
