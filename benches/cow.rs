@@ -31,14 +31,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::cdc::{
-    Kind, apply, copy_table, local_path, plan_clustered, plan_scattered, register, scratch_dir,
-    wait_checkpoint,
+    Kind, Registered, apply, copy_table, local_path, plan_clustered, plan_scattered,
+    register_and_wait, scratch_dir, wait_checkpoint,
 };
 use crate::database::{Database, node_settings};
 use anyhow::{Context, bail};
 use clap::Parser;
 use iceberg::spec::DataFile;
-use iceberg::{Catalog, TableIdent};
 use icefeed::demo::rewrite::{live_data_files, rewrite_with};
 use icefeed::demo::taxi::TaxiGenerator;
 use icefeed::demo::writer::{self, AppendOptions};
@@ -179,16 +178,12 @@ async fn scenarios(
     registration: &Value,
 ) -> anyhow::Result<Vec<Outcome>> {
     let client = reqwest::Client::new();
-    let catalog = writer::open_sql_catalog(dir, generate::CATALOG_NAME).await?;
-    let name = registration["table"].as_str().context("table name")?;
-    let ident = TableIdent::from_strs(name.split('.'))?;
-    let mut table = catalog.load_table(&ident).await?;
-    let id = register(&client, base, registration).await?;
-    let head = table
-        .metadata()
-        .current_snapshot_id()
-        .context("no snapshot")?;
-    let waited = wait_checkpoint(&client, base, &id, head).await?;
+    let Registered {
+        catalog,
+        mut table,
+        id,
+        waited,
+    } = register_and_wait(&client, dir, base, registration).await?;
     println!(
         "registered {id}; checkpoint at the head after {:.2}s",
         waited.as_secs_f64()

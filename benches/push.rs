@@ -37,18 +37,20 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use bytes::Bytes;
 use clap::Parser;
-use iceberg::{Catalog, TableIdent};
 use icefeed::api::pages::{MORE_HEADER, NEXT_CURSOR_HEADER};
 use icefeed::delivery::opensearch::{OpenSearchClient, PushTarget, encode, split};
 use icefeed::delivery::push::item_for_event;
 use icefeed::demo::rewrite::{live_data_files, rewrite_with};
-use icefeed::demo::writer::{self, AppendOptions};
+use icefeed::demo::writer::AppendOptions;
 use icefeed::store::{SourceTable, Store, TableId};
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::cdc::{Kind, apply, copy_table, plan_scattered, register, scratch_dir, wait_checkpoint};
+use crate::cdc::{
+    Kind, Registered, apply, copy_table, plan_scattered, register_and_wait, scratch_dir,
+    wait_checkpoint,
+};
 use crate::database::{Database, node_settings};
 
 const DEFAULT_ADMIN_URL: &str = "postgres://icefeed:icefeed@127.0.0.1:5432/icefeed";
@@ -194,16 +196,12 @@ async fn scenarios(
     store: &Store,
 ) -> anyhow::Result<Vec<Outcome>> {
     let http = reqwest::Client::new();
-    let catalog = writer::open_sql_catalog(dir, generate::CATALOG_NAME).await?;
-    let name = registration["table"].as_str().context("table name")?;
-    let ident = TableIdent::from_strs(name.split('.'))?;
-    let mut iceberg_table = catalog.load_table(&ident).await?;
-    let id = register(&http, base, registration).await?;
-    let head = iceberg_table
-        .metadata()
-        .current_snapshot_id()
-        .context("no snapshot")?;
-    let exported = wait_checkpoint(&http, base, &id, head).await?;
+    let Registered {
+        catalog,
+        table: mut iceberg_table,
+        id,
+        waited: exported,
+    } = register_and_wait(&http, dir, base, registration).await?;
     println!(
         "initial export of {} rows: {:.1}s",
         args.rows,

@@ -180,6 +180,42 @@ pub async fn register(
         .to_string())
 }
 
+/// A registered bench table: the Iceberg table, its icefeed id, and how long its first
+/// publish (up to the head) took.
+pub struct Registered {
+    pub catalog: iceberg_catalog_sql::SqlCatalog,
+    pub table: Table,
+    pub id: String,
+    pub waited: Duration,
+}
+
+/// Opens the table of `registration` in the SQL catalog under `dir`, registers it with the
+/// service at `base`, and waits until the head snapshot is published.
+pub async fn register_and_wait(
+    client: &reqwest::Client,
+    dir: &Path,
+    base: &str,
+    registration: &Value,
+) -> anyhow::Result<Registered> {
+    let catalog =
+        icefeed::demo::writer::open_sql_catalog(dir, super::generate::CATALOG_NAME).await?;
+    let name = registration["table"].as_str().context("table name")?;
+    let ident = iceberg::TableIdent::from_strs(name.split('.'))?;
+    let table = iceberg::Catalog::load_table(&catalog, &ident).await?;
+    let id = register(client, base, registration).await?;
+    let head = table
+        .metadata()
+        .current_snapshot_id()
+        .context("no snapshot")?;
+    let waited = wait_checkpoint(client, base, &id, head).await?;
+    Ok(Registered {
+        catalog,
+        table,
+        id,
+        waited,
+    })
+}
+
 /// Polls the table until its checkpoint is `snapshot`; returns the time that took.
 pub async fn wait_checkpoint(
     client: &reqwest::Client,
