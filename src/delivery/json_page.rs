@@ -5,7 +5,7 @@ use std::io::Write;
 use chrono::SecondsFormat;
 use iceberg::spec::NestedFieldRef;
 
-use super::pull::{EventBatch, EventSink, FeedError, Image, Page, PageEnd};
+use super::pull::{EventBatch, EventSink, FeedError, Image};
 use crate::changes::Position;
 use crate::changes::json::{BoundRecord, JsonOptions, RecordEncoder, write_json_string};
 use crate::store::{SegmentRecord, SourceTable, TableId};
@@ -61,16 +61,6 @@ impl<'a> JsonSink<'a> {
     /// The encoded events.
     pub fn into_body(self) -> Vec<u8> {
         self.body
-    }
-
-    /// The page, ending where `end` says.
-    pub fn finish(self, end: PageEnd) -> Page {
-        Page {
-            body: self.body,
-            count: self.count,
-            next: end.next,
-            more: end.more,
-        }
     }
 }
 

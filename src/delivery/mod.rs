@@ -15,7 +15,7 @@ pub mod subscription;
 pub use arrow_page::ArrowSink;
 pub use json_page::{Framing, JsonSink};
 pub use notify::{ChangeNotifier, ChangeWaiter, Stopped};
-pub use pull::{EventSink, Feed, FeedError, Page, PageEnd, PageRequest};
+pub use pull::{EventSink, Feed, FeedError, PageEnd, PageRequest};
 pub use selection::{OpSet, Selection, SelectionError};
 pub use stream::{StreamPage, StreamTiming, event_stream};
 pub use subscription::{Positions, SubscriptionPageEnd};

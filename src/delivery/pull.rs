@@ -9,11 +9,9 @@ use arrow::array::{Array, ArrayRef, AsArray, Int8Array, RecordBatch};
 use arrow::buffer::NullBuffer;
 use arrow::datatypes::{Fields, Int8Type};
 
-use super::json_page::{Framing, JsonSink};
 use super::selection::{OpSet, Selection};
 use crate::changelog::carryover::Op;
 use crate::changelog::key_indexes;
-use crate::changes::json::JsonOptions;
 use crate::changes::writer;
 use crate::changes::{ChangeStoreError, Position, ReadSchema, SegmentReader};
 use crate::store::{SegmentRecord, SourceTable, Store, StoreError, TableId};
@@ -40,19 +38,6 @@ pub struct PageEnd {
     /// Events handed to the sink.
     pub count: usize,
     /// The position after the last event examined (the request's when nothing was).
-    pub next: Position,
-    /// Whether more events are published after `next` right now.
-    pub more: bool,
-}
-
-/// A page of JSON or NDJSON events.
-#[derive(Debug)]
-pub struct Page {
-    /// The encoded events, framed as asked.
-    pub body: Vec<u8>,
-    /// Number of events in the page.
-    pub count: usize,
-    /// The position after the last event (the request's position when empty).
     pub next: Position,
     /// Whether more events are published after `next` right now.
     pub more: bool,
@@ -237,27 +222,6 @@ impl Feed {
     /// The coordination store the feed reads its index from.
     pub fn store(&self) -> &Store {
         &self.store
-    }
-
-    /// Up to `limit` events of `table` after `after` as JSON or NDJSON.
-    pub async fn page(
-        &self,
-        table: &SourceTable,
-        after: Position,
-        limit: usize,
-        options: &JsonOptions,
-        framing: Framing,
-    ) -> Result<Page, FeedError> {
-        let selection = Selection::default();
-        let request = PageRequest {
-            after,
-            limit,
-            selection: &selection,
-        };
-        let cursor = |t: TableId, p: Position| p.to_cursor(t);
-        let mut sink = JsonSink::new(framing, options, &cursor, limit);
-        let end = self.read(table, &request, &mut sink).await?;
-        Ok(sink.finish(end))
     }
 
     /// Hands up to `request.limit` events of `table` to `sink`.

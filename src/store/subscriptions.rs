@@ -399,23 +399,25 @@ impl Store {
 
     /// How far a subscription committed at `committed` is behind on `table` (as just read
     /// from the store): its feed after the position, plus snapshots not yet published.
+    /// Also returns the committed position in canonical form.
     pub async fn subscription_lag(
         &self,
         table: &SourceTable,
         committed: Position,
-    ) -> Result<Lag, StoreError> {
+    ) -> Result<(Position, Lag), StoreError> {
         let committed = self
             .canonical_position(table.id, committed)
             .await?
             .unwrap_or(committed);
         let feed = self.feed_lag(table.id, committed).await?;
-        Ok(Lag {
+        let lag = Lag {
             events: feed.events,
             snapshots: feed.change_sets + table.snapshots_behind,
             oldest_committed_at: feed.oldest_committed_at.or(table
                 .oldest_pending_committed_at
                 .filter(|_| table.snapshots_behind > 0)),
-        })
+        };
+        Ok((committed, lag))
     }
 
     /// Slots of `tables` that have events after their position in `positions`, ordered by

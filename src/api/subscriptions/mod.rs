@@ -161,13 +161,8 @@ pub(crate) async fn view(state: &AppState, loaded: &Loaded) -> Result<Subscripti
     // Shown canonical, so that the same point always reads as the same cursor.
     let mut canonical = Vec::with_capacity(loaded.slots.len());
     for (slot, table) in loaded.slots.iter().zip(&loaded.tables) {
-        let committed = state
-            .store
-            .canonical_position(table.id, slot.committed)
-            .await?
-            .unwrap_or(slot.committed);
+        let (committed, lag) = state.store.subscription_lag(table, slot.committed).await?;
         canonical.push(committed);
-        let lag = state.store.subscription_lag(table, committed).await?;
         total.add(&lag);
         tables.push(SubscribedTableView {
             table_id: table.id.0,

@@ -170,7 +170,7 @@ impl Pusher {
         let mut total = Lag::default();
         for slot in store.subscribed_tables(self.id).await? {
             let table = store.get_table(slot.table_id).await?;
-            total.add(&store.subscription_lag(&table, slot.committed).await?);
+            total.add(&store.subscription_lag(&table, slot.committed).await?.1);
         }
         Ok(total)
     }
