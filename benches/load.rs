@@ -1,19 +1,28 @@
 //! Load benchmark: how fast icefeed exports a taxi-sized Iceberg table and serves its feed,
 //! compared with the physical floor of decoding the same Parquet files with bare Arrow.
 //!
-//! `cargo bench --bench load -- [--rows N] [--dir PATH] [--files-rows R] [--pull-events M]`
+//! `cargo bench --bench load -- [--rows N] [--dir PATH] [--files-rows R] [--pull-events M]
+//! [--sse-events E] [--sse-limit L] [--consumers C] [--consumer-events K] [--stall S]`
 //!
 //! 1. generates (or reuses) a day-partitioned taxi table of N rows written in 9 appends;
 //! 2. scans all its data files with bare Arrow on 2 threads (the floor);
 //! 3. registers the table with an in-process node on a fresh PostgreSQL database and times
 //!    the initial export until the checkpoint appears;
-//! 4. pages through the feed as JSON and as NDJSON;
-//! 5. prints a table of results and the peak RSS.
+//! 4. pages through the feed as JSON, NDJSON and Arrow, decoding every page as a client
+//!    would (JSON parse, line count, Arrow IPC read);
+//! 5. reads the feed as server-sent events with one consumer, then with C consumers at
+//!    once, each parsing every event;
+//! 6. keeps one stream connected without reading it, the whole table behind it, and
+//!    samples the RSS;
+//! 7. prints a table of results, with each rate next to the bare scan and to the JSON
+//!    encoding floor of `PERFORMANCE.md`, and the peak RSS.
 //!
 //! PostgreSQL: `ICEFEED_BENCH_DATABASE_URL` (a role that may create databases).
 
 #[path = "load/database.rs"]
 mod database;
+#[path = "load/delivery.rs"]
+mod delivery;
 #[path = "load/generate.rs"]
 mod generate;
 #[path = "load/scan.rs"]
@@ -27,6 +36,10 @@ use std::time::Duration;
 use clap::Parser;
 
 const DEFAULT_ADMIN_URL: &str = "postgres://icefeed:icefeed@127.0.0.1:5432/icefeed";
+/// Rows per second of decoding the taxi table and encoding it with `arrow-json` on 2
+/// threads, measured on the reference machines (PERFORMANCE.md): the floor of any JSON
+/// rendering of the rows.
+const ARROW_JSON_FLOOR: f64 = 2.0e6;
 
 /// Arguments after `--` of `cargo bench --bench load`.
 #[derive(Debug, Parser)]
@@ -46,6 +59,21 @@ struct Args {
     /// Events to pull through the changes endpoint (default: min(rows, 2,000,000)).
     #[arg(long)]
     pull_events: Option<u64>,
+    /// Events the single SSE consumer reads (default: the pull events).
+    #[arg(long)]
+    sse_events: Option<u64>,
+    /// `limit` of the SSE streams (default: the node's, 1000).
+    #[arg(long)]
+    sse_limit: Option<u64>,
+    /// Concurrent SSE consumers of one table.
+    #[arg(long, default_value_t = 100)]
+    consumers: usize,
+    /// Events each concurrent consumer reads (default: the pull events / consumers).
+    #[arg(long)]
+    consumer_events: Option<u64>,
+    /// Seconds the stalled consumer stays connected.
+    #[arg(long, default_value_t = 5)]
+    stall: u64,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -57,6 +85,8 @@ struct Row {
     rows: u64,
     elapsed: Duration,
     bytes: u64,
+    /// Whether the rows are rendered as JSON (compared with the JSON encoding floor).
+    json: bool,
 }
 
 impl Row {
@@ -78,6 +108,16 @@ fn main() -> anyhow::Result<()> {
         None => generate::default_dir(args.rows)?,
     };
     let pull_events = args.pull_events.unwrap_or(args.rows.min(2_000_000));
+    anyhow::ensure!(args.consumers > 0, "--consumers must be positive");
+    let plan = delivery::DeliveryPlan {
+        sse_events: args.sse_events.unwrap_or(pull_events),
+        sse_limit: args.sse_limit,
+        consumers: args.consumers,
+        consumer_events: args
+            .consumer_events
+            .unwrap_or((pull_events / args.consumers as u64).max(1)),
+        stall: Duration::from_secs(args.stall),
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -108,6 +148,7 @@ fn main() -> anyhow::Result<()> {
         rows: table.rows,
         elapsed: best.expect("two runs"),
         bytes: table.bytes(),
+        json: false,
     };
     let peak_before_service = peak_rss_kib();
     // Peak RSS of the service phases alone (Linux resets VmHWM on "5").
@@ -116,7 +157,7 @@ fn main() -> anyhow::Result<()> {
     // 3 and 4. The service.
     let admin_url = std::env::var("ICEFEED_BENCH_DATABASE_URL")
         .unwrap_or_else(|_| DEFAULT_ADMIN_URL.to_string());
-    let outcome = runtime.block_on(service::run(&admin_url, &table, pull_events))?;
+    let outcome = runtime.block_on(service::run(&admin_url, &table, pull_events, &plan))?;
 
     // 5. Results.
     let floor = scan_row.rate();
@@ -126,6 +167,7 @@ fn main() -> anyhow::Result<()> {
             rows: table.rows,
             elapsed: table.generated_in.unwrap_or_default(),
             bytes: table.bytes(),
+            json: false,
         },
         scan_row,
         Row {
@@ -133,6 +175,7 @@ fn main() -> anyhow::Result<()> {
             rows: table.rows,
             elapsed: outcome.initial_load,
             bytes: outcome.initial_load_bytes,
+            json: false,
         },
     ];
     for pull in &outcome.pulls {
@@ -141,6 +184,23 @@ fn main() -> anyhow::Result<()> {
             rows: pull.events,
             elapsed: pull.elapsed,
             bytes: pull.bytes,
+            json: pull.format != "Arrow",
+        });
+    }
+    let streams = &outcome.delivery;
+    for run in [&streams.single, &streams.fan_out] {
+        rows.push(Row {
+            scenario: format!(
+                "SSE, {} consumer{} (limit {})",
+                run.consumers,
+                if run.consumers == 1 { "" } else { "s" },
+                args.sse_limit
+                    .map_or_else(|| "default".to_string(), |l| l.to_string())
+            ),
+            rows: run.events(),
+            elapsed: run.elapsed,
+            bytes: run.bytes(),
+            json: true,
         });
     }
     if table.generated_in.is_none() {
@@ -148,21 +208,31 @@ fn main() -> anyhow::Result<()> {
     }
     println!();
     println!(
-        "{:<34} {:>12} {:>9} {:>13} {:>9} {:>9}",
-        "scenario", "rows/events", "seconds", "per second", "MB/s", "vs scan"
+        "{:<36} {:>12} {:>9} {:>13} {:>9} {:>9} {:>10}",
+        "scenario", "rows/events", "seconds", "per second", "MB/s", "vs scan", "vs JSON fl"
     );
     for row in &rows {
         println!(
-            "{:<34} {:>12} {:>9.2} {:>13} {:>9.1} {:>8.2}x",
+            "{:<36} {:>12} {:>9.2} {:>13} {:>9.1} {:>8.3}x {:>10}",
             row.scenario,
             row.rows,
             row.elapsed.as_secs_f64(),
             per_second(row.rate()),
             row.bytes as f64 / 1e6 / row.elapsed.as_secs_f64(),
-            row.rate() / floor
+            row.rate() / floor,
+            if row.json {
+                format!("{:.3}x", row.rate() / ARROW_JSON_FLOOR)
+            } else {
+                "-".to_string()
+            },
         );
     }
-    println!("(MB/s: Parquet bytes for generate, scan and load; response bodies for pulls)");
+    println!(
+        "(MB/s: Parquet bytes for generate, scan and load; response bodies for pulls and \
+         streams. JSON floor: decode + arrow-json encoding, {} on the reference machines, \
+         PERFORMANCE.md)",
+        per_second(ARROW_JSON_FLOOR)
+    );
     for pull in &outcome.pulls {
         println!(
             "pull {}: {} pages, {:.0} bytes/event, {:.2}s checking bodies in the benchmark \
@@ -176,6 +246,34 @@ fn main() -> anyhow::Result<()> {
             pull.check
         );
     }
+    for (run, wanted) in [
+        (&streams.single, plan.sse_events.min(table.rows)),
+        (&streams.fan_out, plan.consumer_events.min(table.rows)),
+    ] {
+        let rates = run.per_consumer();
+        println!(
+            "SSE, {} consumer(s) x {wanted} events: per consumer min {} median {} max {}; \
+             {:.0} bytes/event, {:.2}s parsing events in the benchmark, check: {}",
+            run.consumers,
+            per_second(rates[0]),
+            per_second(rates[rates.len() / 2]),
+            per_second(rates[rates.len() - 1]),
+            run.bytes() as f64 / run.events().max(1) as f64,
+            run.client().as_secs_f64(),
+            run.check(wanted)
+        );
+    }
+    let stalled = &streams.stalled;
+    println!(
+        "stalled SSE consumer (limit {}, {} events behind, {}s): RSS {:.0} MiB idle, \
+         {:.0} MiB stalled (+{:.1} MiB)",
+        stalled.limit,
+        table.rows,
+        stalled.held.as_secs(),
+        stalled.idle_kib as f64 / 1024.0,
+        stalled.stalled_kib as f64 / 1024.0,
+        (stalled.stalled_kib as f64 - stalled.idle_kib as f64) / 1024.0
+    );
     let peak = peak_rss_kib();
     match (reset, peak_before_service, peak) {
         (true, Some(before), Some(service)) => println!(
@@ -191,15 +289,7 @@ fn main() -> anyhow::Result<()> {
 
 /// `VmHWM` of this process in KiB.
 fn peak_rss_kib() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()
+    delivery::status_kib("VmHWM:")
 }
 
 /// A rate with a thousands suffix, e.g. `1.23M/s`.

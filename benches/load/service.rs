@@ -1,11 +1,12 @@
-//! The service phases: a node on a fresh database, the initial export of the table, and
-//! paging through its feed as JSON and NDJSON.
+//! The service phases: a node on a fresh database, the initial export of the table,
+//! paging through its feed as JSON, NDJSON and Arrow, and the streaming phases of
+//! [`crate::delivery`].
 
 use std::time::{Duration, Instant};
 
 use crate::database::{Database, node_settings};
 use anyhow::{Context, bail};
-use icefeed::api::pages::{MORE_HEADER, NEXT_CURSOR_HEADER};
+use icefeed::api::pages::{ARROW_STREAM, COUNT_HEADER, MORE_HEADER, NDJSON, NEXT_CURSOR_HEADER};
 use reqwest::StatusCode;
 use reqwest::header::ACCEPT;
 use serde::Deserialize;
@@ -13,6 +14,7 @@ use serde::de::IgnoredAny;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use crate::delivery::{self, Delivery, DeliveryPlan};
 use crate::generate::BenchTable;
 
 /// Events per page of the pull phases.
@@ -27,6 +29,28 @@ pub struct Outcome {
     /// Bytes the export copied into the change store.
     pub initial_load_bytes: u64,
     pub pulls: Vec<Pull>,
+    /// The streaming phases.
+    pub delivery: Delivery,
+}
+
+/// The representation a pull asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wire {
+    Json,
+    Ndjson,
+    Arrow,
+}
+
+impl Wire {
+    pub const ALL: [Wire; 3] = [Wire::Json, Wire::Ndjson, Wire::Arrow];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Wire::Json => "JSON",
+            Wire::Ndjson => "NDJSON",
+            Wire::Arrow => "Arrow",
+        }
+    }
 }
 
 /// One pass over the feed.
@@ -36,7 +60,8 @@ pub struct Pull {
     pub pages: u64,
     pub bytes: u64,
     pub elapsed: Duration,
-    /// Of `elapsed`, the time the benchmark spent checking bodies (JSON parse, line count).
+    /// Of `elapsed`, the time the benchmark spent decoding bodies (JSON parse, NDJSON
+    /// line count, Arrow IPC read).
     pub client: Duration,
     pub last_more: bool,
     /// "ok" or what did not add up.
@@ -44,9 +69,14 @@ pub struct Pull {
 }
 
 /// Runs the node on a database of its own, always dropping the database afterwards.
-pub async fn run(admin_url: &str, table: &BenchTable, pull_events: u64) -> anyhow::Result<Outcome> {
+pub async fn run(
+    admin_url: &str,
+    table: &BenchTable,
+    pull_events: u64,
+    plan: &DeliveryPlan,
+) -> anyhow::Result<Outcome> {
     let db = Database::create(admin_url).await?;
-    let result = run_node(&db.url, table, pull_events).await;
+    let result = run_node(&db.url, table, pull_events, plan).await;
     let dropped = db.drop().await;
     let outcome = result?;
     dropped?;
@@ -57,6 +87,7 @@ async fn run_node(
     database_url: &str,
     table: &BenchTable,
     pull_events: u64,
+    plan: &DeliveryPlan,
 ) -> anyhow::Result<Outcome> {
     let changes = tempfile::Builder::new()
         .prefix("icefeed-bench-changes")
@@ -75,8 +106,8 @@ async fn run_node(
         );
         let initial_load_bytes = dir_size(changes.path())?;
         let mut pulls = Vec::new();
-        for ndjson in [false, true] {
-            let pull = pull(&client, &base, &id, pull_events, table.rows, ndjson).await?;
+        for wire in Wire::ALL {
+            let pull = pull(&client, &base, &id, pull_events, table.rows, wire).await?;
             println!(
                 "pull {}: {} events in {:.2}s",
                 pull.format,
@@ -85,10 +116,12 @@ async fn run_node(
             );
             pulls.push(pull);
         }
+        let delivery = delivery::run(&client, node.addr, &id, table.rows, plan).await?;
         anyhow::Ok(Outcome {
             initial_load,
             initial_load_bytes,
             pulls,
+            delivery,
         })
     }
     .await;
@@ -145,14 +178,15 @@ struct JsonPage {
     more: bool,
 }
 
-/// Pages through the feed from its start, up to `max` events.
+/// Pages through the feed from its start, up to `max` events, decoding each body as a
+/// client would.
 async fn pull(
     client: &reqwest::Client,
     base: &str,
     id: &str,
     max: u64,
     table_rows: u64,
-    ndjson: bool,
+    wire: Wire,
 ) -> anyhow::Result<Pull> {
     let url = format!("{base}/v1/tables/{id}/changes");
     let mut after: Option<String> = None;
@@ -166,41 +200,54 @@ async fn pull(
         if let Some(cursor) = &after {
             request = request.query(&[("after", cursor)]);
         }
-        if ndjson {
-            request = request.header(ACCEPT, "application/x-ndjson");
+        match wire {
+            Wire::Json => {}
+            Wire::Ndjson => request = request.header(ACCEPT, NDJSON),
+            Wire::Arrow => request = request.header(ACCEPT, ARROW_STREAM),
         }
         let response = request.send().await?;
         let status = response.status();
         if !status.is_success() {
             bail!("page request answered {status}: {}", response.text().await?);
         }
-        let (count, next, more, len) = if ndjson {
+        let (count, next, more, len) = if wire == Wire::Json {
+            let body = response.bytes().await?;
+            let parsing = Instant::now();
+            let page: JsonPage = serde_json::from_slice(&body)?;
+            checking += parsing.elapsed();
+            (page.events.len() as u64, page.next, page.more, body.len())
+        } else {
             let header = |name: &str| {
                 response
                     .headers()
                     .get(name)
                     .and_then(|v| v.to_str().ok())
                     .map(str::to_string)
-                    .with_context(|| format!("NDJSON page without {name}"))
+                    .with_context(|| format!("{} page without {name}", wire.name()))
             };
             let next = header(NEXT_CURSOR_HEADER)?;
             let more = header(MORE_HEADER)? == "true";
+            let announced: u64 = header(COUNT_HEADER)?.parse()?;
             let body = response.bytes().await?;
             let parsing = Instant::now();
-            if pages == 0 && !body.is_empty() {
-                let first = body.split(|b| *b == b'\n').next().unwrap_or_default();
-                let event: Value = serde_json::from_slice(first)?;
-                anyhow::ensure!(event["op"] == "insert", "first event: {event}");
+            let count = if wire == Wire::Ndjson {
+                if pages == 0 && !body.is_empty() {
+                    let first = body.split(|b| *b == b'\n').next().unwrap_or_default();
+                    let event: Value = serde_json::from_slice(first)?;
+                    anyhow::ensure!(event["op"] == "insert", "first event: {event}");
+                }
+                count_newlines(&body)
+            } else {
+                arrow_rows(&body)?
+            };
+            checking += parsing.elapsed();
+            if count != announced {
+                problems.push(format!(
+                    "page {} decoded {count} events, {COUNT_HEADER} said {announced}",
+                    pages + 1
+                ));
             }
-            let lines = count_newlines(&body);
-            checking += parsing.elapsed();
-            (lines, next, more, body.len())
-        } else {
-            let body = response.bytes().await?;
-            let parsing = Instant::now();
-            let page: JsonPage = serde_json::from_slice(&body)?;
-            checking += parsing.elapsed();
-            (page.events.len() as u64, page.next, page.more, body.len())
+            (count, next, more, body.len())
         };
         pages += 1;
         events += count;
@@ -233,7 +280,7 @@ async fn pull(
         ));
     }
     Ok(Pull {
-        format: if ndjson { "NDJSON" } else { "JSON" },
+        format: wire.name(),
         events,
         pages,
         bytes,
@@ -246,6 +293,17 @@ async fn pull(
             problems.join("; ")
         },
     })
+}
+
+/// Rows of an Arrow IPC stream, read batch by batch as pyarrow's `open_stream` would
+/// (every row of the benchmark table is an insert: one row per event).
+fn arrow_rows(body: &[u8]) -> anyhow::Result<u64> {
+    let reader = arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(body), None)?;
+    let mut rows = 0;
+    for batch in reader {
+        rows += batch?.num_rows() as u64;
+    }
+    Ok(rows)
 }
 
 /// Lines in an NDJSON body (byte-wide counters, so the loop vectorizes).

@@ -13,6 +13,7 @@ use parquet::arrow::arrow_reader::{
 };
 use parquet::arrow::async_reader::{ParquetObjectReader, ParquetRecordBatchStreamBuilder};
 use parquet::arrow::{PARQUET_FIELD_ID_META_KEY, ProjectionMask};
+use parquet::file::metadata::PageIndexPolicy;
 
 use super::store::{ChangeStore, ChangeStoreError};
 
@@ -80,8 +81,12 @@ impl SegmentReader {
         let metadata = match self.cached(key) {
             Some(m) => m,
             None => {
-                let m =
-                    ArrowReaderMetadata::load_async(&mut reader, ArrowReaderOptions::new()).await?;
+                // The offset index locates every data page: a read then fetches and
+                // decompresses only the pages that hold its rows, instead of every page
+                // from the start of the row group.
+                let options =
+                    ArrowReaderOptions::new().with_offset_index_policy(PageIndexPolicy::Optional);
+                let m = ArrowReaderMetadata::load_async(&mut reader, options).await?;
                 self.remember(key, m.clone());
                 m
             }
@@ -191,4 +196,76 @@ fn is_nested(t: &DataType) -> bool {
         t,
         DataType::Struct(_) | DataType::List(_) | DataType::LargeList(_) | DataType::Map(_, _)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use arrow::array::{AsArray, Int64Array};
+    use arrow::datatypes::Int64Type;
+    use bytes::Bytes;
+    use parquet::arrow::ArrowWriter;
+    use parquet::file::properties::WriterProperties;
+
+    use super::*;
+
+    /// A segment of one Int64 column holding 0..rows, in data pages of 100 rows.
+    async fn segment(store: &ChangeStore, key: &str, rows: i64) -> u64 {
+        let schema = Arc::new(ArrowSchema::new(vec![Field::new(
+            "n",
+            DataType::Int64,
+            false,
+        )]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(Int64Array::from_iter_values(0..rows))],
+        )
+        .unwrap();
+        let props = WriterProperties::builder()
+            .set_data_page_row_count_limit(100)
+            .set_write_batch_size(100)
+            .build();
+        let mut out = Vec::new();
+        let mut writer = ArrowWriter::try_new(&mut out, schema, Some(props)).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        let size = out.len() as u64;
+        store.put(key, Bytes::from(out)).await.unwrap();
+        size
+    }
+
+    #[tokio::test]
+    async fn ranges_inside_a_row_group_read_exactly_their_rows_by_page() {
+        let store = ChangeStore::open("memory://", &BTreeMap::new()).unwrap();
+        let size = segment(&store, "s.parquet", 1000).await;
+        let reader = SegmentReader::new(store);
+        for (offset, count) in [
+            (0, 1),
+            (0, 1000),
+            (250, 300),
+            (399, 2),
+            (900, 100),
+            (999, 1),
+        ] {
+            let batches = reader
+                .read("s.parquet", size, None, offset, count)
+                .await
+                .unwrap();
+            let values: Vec<i64> = batches
+                .iter()
+                .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+                .collect();
+            let expected: Vec<i64> = (offset as i64..(offset + count) as i64).collect();
+            assert_eq!(values, expected, "offset {offset}, count {count}");
+        }
+        let footer = reader.cached("s.parquet").expect("cached footer");
+        let pages = footer
+            .metadata()
+            .offset_index()
+            .expect("the offset index is loaded with the footer")[0][0]
+            .page_locations()
+            .len();
+        assert_eq!(pages, 10, "the test segment has pages of 100 rows");
+    }
 }

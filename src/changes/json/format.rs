@@ -180,6 +180,11 @@ pub(super) fn write_f32(v: f32, out: &mut Vec<u8>) {
 
 #[inline]
 pub(super) fn write_f64(v: f64, out: &mut Vec<u8>) {
+    if v == 0.0 {
+        // Common in data (amounts, fees); `Display` writes the sign of -0.
+        out.extend_from_slice(if v.is_sign_negative() { b"-0" } else { b"0" });
+        return;
+    }
     if !short_f64(v, out) {
         display_f64(v, out);
     }
@@ -204,6 +209,22 @@ fn short_f64(v: f64, out: &mut Vec<u8>) -> bool {
     if !(1e-6..1e15).contains(&a) {
         return false;
     }
+    // Most values (amounts, counts) have at most two decimals. Any decimal of at most
+    // 15 significant digits that parses back to `v` is its shortest form, as above,
+    // so when `m / 100` is one (`m <= 10^15`), it is the answer.
+    if a < 1e13 {
+        let m = (a * 100.0).round();
+        if m / 100.0 == a {
+            let m = m as u64;
+            let (m, k) = match (m % 10, m % 100) {
+                (_, 0) => (m / 100, 0),
+                (0, _) => (m / 10, 1),
+                _ => (m, 2),
+            };
+            write_scaled(v < 0.0, m, k, out);
+            return true;
+        }
+    }
     // floor(log10 a) or one less; a >= 1e-6 is normal.
     let e2 = ((a.to_bits() >> 52) as i32) - 1023;
     let mut k = (14 - ((e2 * 1233) >> 12)) as usize; // 0..=21
@@ -217,15 +238,26 @@ fn short_f64(v: f64, out: &mut Vec<u8>) -> bool {
         return false;
     }
     let mut m = m as u64;
+    while k >= 4 && m.is_multiple_of(10_000) {
+        m /= 10_000;
+        k -= 4;
+    }
     while k > 0 && m.is_multiple_of(10) {
         m /= 10;
         k -= 1;
     }
+    write_scaled(v < 0.0, m, k, out);
+    true
+}
+
+/// Writes `m / 10^k` (`m` without trailing zeros when `k > 0`) in positional notation.
+#[inline]
+fn write_scaled(negative: bool, m: u64, k: usize, out: &mut Vec<u8>) {
     let mut digits = [0u8; 20];
     let start = digits_u64(m, &mut digits);
     let digits = &digits[start..];
     let mut buf = Buf::<40>::new();
-    if v < 0.0 {
+    if negative {
         buf.push(b'-');
     }
     if k == 0 {
@@ -241,7 +273,6 @@ fn short_f64(v: f64, out: &mut Vec<u8>) -> bool {
         buf.extend(frac);
     }
     buf.flush(out);
-    true
 }
 
 #[inline]
