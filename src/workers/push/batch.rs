@@ -1,14 +1,23 @@
-//! One batch of a push subscription: read the events after the committed position, send
-//! them, and commit the position once every item is settled.
+//! Batches of a push subscription: read the events after a position, send them, and
+//! commit the position once every item is settled.
+//!
+//! The worker keeps one batch in flight and reads the next one while it is: a batch is
+//! read from where the one before it ends, and its commit expects the position that
+//! commit left, so a rewind in between (or anything else that moved the position)
+//! makes the commit refuse and the worker start over from the stored position.
+
+use std::ops::Range;
 
 use tokio_util::sync::CancellationToken;
 
 use super::Pusher;
 use crate::changes::Position;
-use crate::delivery::opensearch::{BulkAction, ItemOutcome, SendError};
+use crate::delivery::opensearch::{BulkAction, BulkItem, ItemOutcome, SendError};
 use crate::delivery::push::{ItemError, UNRENDERABLE, item_for_event, send_items};
 use crate::delivery::{FeedError, Framing, JsonSink, OpSet, Positions, Selection};
-use crate::store::{Lag, NewDeadLetter, PushCommit, StoreError, SubscriptionState, TableId};
+use crate::store::{
+    Lag, NewDeadLetter, PushCommit, StoreError, Subscription, SubscriptionState, TableId,
+};
 
 /// What a batch came to.
 #[derive(Debug)]
@@ -36,25 +45,113 @@ pub enum BatchError {
     Fatal(String),
 }
 
+/// A batch read from the feed and made into bulk items, not sent yet.
+pub struct Batch {
+    /// The positions it continues from: its commit expects them to be the stored ones.
+    from: Vec<Position>,
+    /// The positions after its last event (canonical).
+    next: Vec<Position>,
+    /// Events were left after it.
+    more: bool,
+    /// Its events, one JSON line each: the form a dead letter keeps.
+    body: Vec<u8>,
+    lines: Vec<Range<usize>>,
+    items: Vec<BulkItem>,
+    /// The line of each item.
+    origin: Vec<usize>,
+    /// Dead letters of events that could not be made into items.
+    unrenderable: Vec<NewDeadLetter>,
+}
+
+impl Batch {
+    fn line(&self, i: usize) -> &[u8] {
+        &self.body[self.lines[i].clone()]
+    }
+}
+
 impl Pusher {
-    /// Pushes one batch.
-    pub async fn run_once(&self, cancel: &CancellationToken) -> Result<Step, BatchError> {
-        let store = self.feed.store();
-        let subscription = match store.find_subscription(&self.id.to_string()).await {
-            Ok(s) => s,
-            Err(StoreError::NotFound) => return Ok(Step::Stop(None)),
-            Err(e) => return Err(e.into()),
+    /// Pushes one batch, reading the next one while it is in flight.
+    pub async fn run_once(&mut self, cancel: &CancellationToken) -> Result<Step, BatchError> {
+        let ahead = self.ahead.take();
+        let subscription = match self.wanted().await? {
+            Ok(subscription) => subscription,
+            Err(stop) => return Ok(stop),
         };
-        if !matches!(
-            subscription.state,
-            SubscriptionState::Active | SubscriptionState::BackingOff
-        ) {
-            return Ok(Step::Stop(Some(subscription.state)));
+        let batch = match ahead {
+            Some(batch) => batch,
+            None => {
+                let slots = self.feed.store().subscribed_tables(self.id).await?;
+                let from = slots.iter().map(|s| s.committed).collect();
+                self.read(&subscription, from).await?
+            }
+        };
+        if batch.lines.is_empty() {
+            if batch.next != batch.from {
+                // Skipped events of other operations: their positions pass.
+                self.commit(&batch, &PushCommit::default()).await?;
+            }
+            return Ok(match batch.more {
+                true => Step::Pushed {
+                    events: 0,
+                    more: true,
+                },
+                false => Step::Idle,
+            });
         }
-        let slots = store.subscribed_tables(self.id).await?;
-        let committed: Vec<Position> = slots.iter().map(|s| s.committed).collect();
-        for (slot, table) in slots.iter().zip(&self.tables) {
-            if store.floor(table.id).await?.is_gone(slot.committed) {
+        let read_ahead = async {
+            match batch.more {
+                true => self.read(&subscription, batch.next.clone()).await.ok(),
+                false => None,
+            }
+        };
+        let (pushed, ahead) = tokio::join!(self.push(&batch, cancel), read_ahead);
+        let pushed = pushed?;
+        if pushed {
+            self.ahead = ahead;
+            Ok(Step::Pushed {
+                events: batch.lines.len(),
+                more: batch.more,
+            })
+        } else {
+            tracing::info!(subscription = %self.name, "committed position moved (a rewind); starting over from it");
+            Ok(Step::Pushed {
+                events: 0,
+                more: true,
+            })
+        }
+    }
+
+    /// The subscription if it still wants pushing, else the step that stops the worker.
+    async fn wanted(&self) -> Result<Result<Subscription, Step>, StoreError> {
+        match self
+            .feed
+            .store()
+            .find_subscription(&self.id.to_string())
+            .await
+        {
+            Ok(s)
+                if matches!(
+                    s.state,
+                    SubscriptionState::Active | SubscriptionState::BackingOff
+                ) =>
+            {
+                Ok(Ok(s))
+            }
+            Ok(s) => Ok(Err(Step::Stop(Some(s.state)))),
+            Err(StoreError::NotFound) => Ok(Err(Step::Stop(None))),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads the batch after `from` and makes its events into bulk items.
+    async fn read(
+        &self,
+        subscription: &Subscription,
+        from: Vec<Position>,
+    ) -> Result<Batch, BatchError> {
+        let store = self.feed.store();
+        for (table, position) in self.tables.iter().zip(&from) {
+            if store.floor(table.id).await?.is_gone(*position) {
                 return Err(BatchError::Fatal(format!(
                     "retention removed change sets of {} this subscription had not pushed; \
                      rewind it to the earliest retained position",
@@ -68,7 +165,7 @@ impl Pusher {
             columns: subscription.columns.clone(),
         };
         let ids: Vec<TableId> = self.tables.iter().map(|t| t.id).collect();
-        let positions = Positions::new(self.id, ids, committed.clone());
+        let positions = Positions::new(self.id, ids, from.clone());
         let cursor = |t: TableId, p: Position| positions.cursor(t, p);
         let limit = self.target.config.batch.max_documents;
         let options = Default::default();
@@ -81,52 +178,51 @@ impl Pusher {
         for (table, p) in self.tables.iter().zip(&end.next) {
             next.push(store.canonical_position(table.id, *p).await?.unwrap_or(*p));
         }
-        if sink.count() == 0 {
-            if next != committed {
-                // Skipped events of other operations: their positions pass.
-                store
-                    .commit_push(
-                        &self.lease,
-                        self.id,
-                        &committed,
-                        &next,
-                        &PushCommit::default(),
-                    )
-                    .await?;
-            }
-            return Ok(if end.more {
-                Step::Pushed {
-                    events: 0,
-                    more: true,
-                }
-            } else {
-                Step::Idle
-            });
-        }
         let body = sink.into_body();
-        let lines: Vec<&[u8]> = body
-            .split(|b| *b == b'\n')
-            .filter(|l| !l.is_empty())
-            .collect();
-        let mut commit = PushCommit::default();
-        let mut items = Vec::with_capacity(lines.len());
-        let mut origin = Vec::with_capacity(lines.len());
-        for (i, line) in lines.iter().enumerate() {
+        let mut batch = Batch {
+            from,
+            next,
+            more: end.more,
+            lines: line_ranges(&body),
+            body: Vec::new(),
+            items: Vec::new(),
+            origin: Vec::new(),
+            unrenderable: Vec::new(),
+        };
+        for (i, range) in batch.lines.iter().enumerate() {
+            let line = &body[range.clone()];
             match item_for_event(line, &self.target, &self.tables) {
                 Ok(item) => {
-                    items.push(item);
-                    origin.push(i);
+                    batch.items.push(item);
+                    batch.origin.push(i);
                 }
                 Err(ItemError::Render(e)) => {
-                    commit
-                        .dead
+                    batch
+                        .unrenderable
                         .push(dead_letter(line, None, UNRENDERABLE, &e.to_string()))
                 }
                 Err(e) => return Err(BatchError::Fatal(e.to_string())),
             }
         }
-        let outcomes = send_items(&self.client, &self.target, &items, &self.policy, cancel).await?;
-        for ((item, outcome), i) in items.iter().zip(outcomes).zip(origin) {
+        batch.body = body;
+        Ok(batch)
+    }
+
+    /// Sends `batch` and commits it; false when the stored position had moved.
+    async fn push(&self, batch: &Batch, cancel: &CancellationToken) -> Result<bool, BatchError> {
+        let outcomes = send_items(
+            &self.client,
+            &self.target,
+            &batch.items,
+            &self.policy,
+            cancel,
+        )
+        .await?;
+        let mut commit = PushCommit {
+            dead: batch.unrenderable.clone(),
+            ..PushCommit::default()
+        };
+        for ((item, outcome), &line) in batch.items.iter().zip(outcomes).zip(&batch.origin) {
             match outcome {
                 ItemOutcome::Applied | ItemOutcome::AlreadyApplied => {
                     match (&outcome, &item.action) {
@@ -136,32 +232,29 @@ impl Pusher {
                     }
                     commit.settled.push((item.id.clone(), item.version));
                 }
-                ItemOutcome::Rejected(e) => {
-                    commit
-                        .dead
-                        .push(dead_letter(lines[i], Some(item), &e.error_type, &e.reason))
-                }
+                ItemOutcome::Rejected(e) => commit.dead.push(dead_letter(
+                    batch.line(line),
+                    Some(item),
+                    &e.error_type,
+                    &e.reason,
+                )),
             }
         }
-        let events = lines.len();
-        if !store
-            .commit_push(&self.lease, self.id, &committed, &next, &commit)
-            .await?
-        {
-            tracing::info!(subscription = %self.name, "committed position moved (a rewind); starting over from it");
-            return Ok(Step::Pushed {
-                events: 0,
-                more: true,
-            });
+        if !self.commit(batch, &commit).await? {
+            return Ok(false);
         }
         self.record(&commit);
         if !commit.dead.is_empty() {
             tracing::warn!(subscription = %self.name, rejected = commit.dead.len(), "events went to the dead letters");
         }
-        Ok(Step::Pushed {
-            events,
-            more: end.more,
-        })
+        Ok(true)
+    }
+
+    async fn commit(&self, batch: &Batch, commit: &PushCommit) -> Result<bool, StoreError> {
+        self.feed
+            .store()
+            .commit_push(&self.lease, self.id, &batch.from, &batch.next, commit)
+            .await
     }
 
     /// How far the subscription is behind on all its tables, as the store has it now.
@@ -191,9 +284,21 @@ impl Pusher {
     }
 }
 
+/// The ranges of the non-empty lines of `body`.
+fn line_ranges(body: &[u8]) -> Vec<Range<usize>> {
+    let mut start = 0;
+    body.split(|b| *b == b'\n')
+        .filter_map(|line| {
+            let range = start..start + line.len();
+            start = range.end + 1;
+            (!line.is_empty()).then_some(range)
+        })
+        .collect()
+}
+
 fn dead_letter(
     line: &[u8],
-    item: Option<&crate::delivery::opensearch::BulkItem>,
+    item: Option<&BulkItem>,
     error_type: &str,
     reason: &str,
 ) -> NewDeadLetter {

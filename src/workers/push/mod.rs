@@ -18,7 +18,7 @@ use crate::config::PushSettings;
 use crate::delivery::opensearch::{OpenSearchClient, PushTarget, RetryPolicy, SendError};
 use crate::delivery::{ChangeNotifier, Feed};
 use crate::store::{Lease, SourceTable, Store, StoreError, SubscriptionState};
-pub use batch::{BatchError, Step};
+pub use batch::{Batch, BatchError, Step};
 
 /// Least time between two lag reports of a subscription while it is pushing.
 const LAG_REPORT_INTERVAL: Duration = Duration::from_secs(1);
@@ -53,6 +53,8 @@ pub struct Pusher {
     pub target: PushTarget,
     pub client: OpenSearchClient,
     pub policy: RetryPolicy,
+    /// The next batch, read while the one before it was in flight.
+    pub ahead: Option<Batch>,
 }
 
 impl PushWorker {
@@ -157,11 +159,12 @@ impl PushWorker {
                 max_delay: self.settings.retry_max,
                 max_retries: self.settings.max_retries,
             },
+            ahead: None,
         })
     }
 
     /// Pushes one subscription until it stops, the lease is lost or the node stops.
-    async fn push(&self, pusher: Pusher, stop: CancellationToken) {
+    async fn push(&self, mut pusher: Pusher, stop: CancellationToken) {
         let lost = stop.child_token();
         let store = self.store().clone();
         let (lease, ttl) = (pusher.lease.clone(), self.lease_ttl);
