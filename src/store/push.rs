@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::leases::{Lease, fence};
-use super::{CHANGES_CHANNEL, Store, StoreError, TableId};
+use super::{Store, StoreError};
 use crate::changes::Position;
 
 /// A push subscription's target and progress.
@@ -252,7 +252,6 @@ impl Store {
     pub async fn rewind_subscription(
         &self,
         id: Uuid,
-        tables: &[TableId],
         positions: &[Position],
     ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
@@ -266,13 +265,7 @@ impl Store {
         .bind(positions.iter().map(|p| p.consumed).collect::<Vec<_>>())
         .execute(&mut *tx)
         .await?;
-        for table in tables {
-            sqlx::query("SELECT pg_notify($1, $2)")
-                .bind(CHANGES_CHANNEL)
-                .bind(table.to_string())
-                .execute(&mut *tx)
-                .await?;
-        }
+        super::subscriptions::wake_subscription(&mut tx, id).await?;
         tx.commit().await?;
         Ok(())
     }

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use super::{SourceTable, Store, StoreError, TableId};
+use super::{CHANGES_CHANNEL, SourceTable, Store, StoreError, TableId};
 use crate::changes::Position;
 
 /// Whether a subscription delivers.
@@ -239,20 +239,28 @@ impl Store {
                last_error = CASE WHEN $2 THEN last_error ELSE NULL END, updated_at = now() \
              WHERE id = $1 RETURNING {COLUMNS}"
         );
-        sqlx::query_as(&sql)
+        let mut tx = self.pool.begin().await?;
+        let subscription = sqlx::query_as(&sql)
             .bind(id)
             .bind(paused)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *tx)
             .await?
-            .ok_or(StoreError::NotFound)
+            .ok_or(StoreError::NotFound)?;
+        wake_subscription(&mut tx, id).await?;
+        tx.commit().await?;
+        Ok(subscription)
     }
 
     /// Removes a subscription; false when it did not exist.
     pub async fn delete_subscription(&self, id: Uuid) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        // Before the delete, while its tables are still listed.
+        wake_subscription(&mut tx, id).await?;
         let done = sqlx::query("DELETE FROM subscriptions WHERE id = $1")
             .bind(id)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?;
+        tx.commit().await?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -444,4 +452,20 @@ impl Store {
         .await?;
         Ok(slots.into_iter().map(|s| s as usize).collect())
     }
+}
+
+/// Wakes whoever waits on the tables of subscription `id` when the transaction commits,
+/// so that a push worker idle on them sees a pause, resume, rewind or deletion at once.
+pub(super) async fn wake_subscription(
+    tx: &mut sqlx::PgConnection,
+    id: Uuid,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "SELECT pg_notify($1, table_id::text) FROM subscription_tables WHERE subscription_id = $2",
+    )
+    .bind(CHANGES_CHANNEL)
+    .bind(id)
+    .execute(tx)
+    .await?;
+    Ok(())
 }

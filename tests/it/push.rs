@@ -259,6 +259,20 @@ fn gauge(metrics: &str, name: &str, labels: &[&str]) -> Option<f64> {
     })
 }
 
+/// The `icefeed_push_state` gauges of a subscription: running, backing off, paused, failed.
+fn states(metrics: &str, sub_label: &str) -> Vec<Option<f64>> {
+    ["running", "backing_off", "paused", "failed"]
+        .iter()
+        .map(|s| {
+            gauge(
+                metrics,
+                "icefeed_push_state",
+                &[sub_label, &format!("state=\"{s}\"")],
+            )
+        })
+        .collect()
+}
+
 /// Every document of `index`: id → (version, source).
 async fn documents(index: &str) -> BTreeMap<String, (i64, Value)> {
     let http = reqwest::Client::new();
@@ -357,15 +371,7 @@ async fn the_index_ends_equal_to_the_table_through_updates_moves_and_deletes() {
     wait_until(Duration::from_secs(10), || async {
         let metrics = scrape(&node).await;
         let gauge = |name: &str, labels: &[&str]| gauge(&metrics, name, labels);
-        let states: Vec<_> = ["running", "backing_off", "paused", "failed"]
-            .iter()
-            .map(|s| {
-                gauge(
-                    "icefeed_push_state",
-                    &[&sub_label, &format!("state=\"{s}\"")],
-                )
-            })
-            .collect();
+        let states = states(&metrics, &sub_label);
         let lag = [
             "icefeed_push_lag_events",
             "icefeed_push_lag_snapshots",
@@ -374,6 +380,19 @@ async fn the_index_ends_equal_to_the_table_through_updates_moves_and_deletes() {
         .map(|name| gauge(name, &[&sub_label]));
         (states == [Some(1.0), Some(0.0), Some(0.0), Some(0.0)] && lag == [Some(0.0); 3])
             .then_some(())
+    })
+    .await;
+    // Paused: the node that saw it says so; deleted: no node reports it any more.
+    let path = format!("/v1/subscriptions/{sub}");
+    assert_eq!(node.patch(&path, &json!({"paused": true})).await.0, 200);
+    wait_until(Duration::from_secs(10), || async {
+        (states(&scrape(&node).await, &sub_label) == [Some(0.0), Some(0.0), Some(1.0), Some(0.0)])
+            .then_some(())
+    })
+    .await;
+    assert_eq!(node.delete(&path).await, 204);
+    wait_until(Duration::from_secs(10), || async {
+        (states(&scrape(&node).await, &sub_label) == [Some(0.0); 4]).then_some(())
     })
     .await;
     node.shutdown().await;

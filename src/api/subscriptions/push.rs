@@ -221,10 +221,9 @@ pub async fn rewind_subscription(
         }
     }
     loaded.ensure_retained(&state, &positions).await?;
-    let tables: Vec<_> = loaded.tables.iter().map(|t| t.id).collect();
     state
         .store
-        .rewind_subscription(loaded.subscription.id, &tables, &positions)
+        .rewind_subscription(loaded.subscription.id, &positions)
         .await?;
     let loaded = load(&state, &id).await?;
     Ok(axum::Json(view(&state, &loaded).await?))

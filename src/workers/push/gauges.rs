@@ -1,8 +1,17 @@
 //! The push worker's gauges, per subscription it pushes: its state and its lag, set
 //! where the worker learns them (after a batch, when idle, on a failure, when stopping),
-//! so that a scrape costs no database query. They stay at the last value this node saw.
+//! so that a scrape costs no database query. A node reports only the subscriptions it
+//! pushes, or that it saw paused or failed until they are resumed or deleted: when it
+//! gives one up, it clears them, so that another node's figures are the only ones.
 
 use crate::store::{Lag, SubscriptionState};
+
+const ALL_STATES: [SubscriptionState; 4] = [
+    SubscriptionState::Active,
+    SubscriptionState::BackingOff,
+    SubscriptionState::Paused,
+    SubscriptionState::Failed,
+];
 
 /// `1` for the subscription's current state, `0` for the others.
 pub const STATE: &str = "icefeed_push_state";
@@ -26,12 +35,7 @@ pub fn state_name(state: SubscriptionState) -> &'static str {
 /// Sets the state gauges of `subscription`.
 pub fn set_state(subscription: &str, state: SubscriptionState) {
     let current = state_name(state);
-    for state in [
-        SubscriptionState::Active,
-        SubscriptionState::BackingOff,
-        SubscriptionState::Paused,
-        SubscriptionState::Failed,
-    ] {
+    for state in ALL_STATES {
         let name = state_name(state);
         let labels = [
             ("subscription", subscription.to_string()),
@@ -47,4 +51,16 @@ pub fn set_lag(subscription: &str, lag: &Lag) {
     metrics::gauge!(LAG_EVENTS, &labels).set(lag.events as f64);
     metrics::gauge!(LAG_SNAPSHOTS, &labels).set(lag.snapshots as f64);
     metrics::gauge!(LAG_SECONDS, &labels).set(lag.seconds());
+}
+
+/// Clears the gauges of a subscription this node no longer reports: no state, no lag.
+pub fn clear(subscription: &str) {
+    for state in ALL_STATES {
+        let labels = [
+            ("subscription", subscription.to_string()),
+            ("state", state_name(state).to_string()),
+        ];
+        metrics::gauge!(STATE, &labels).set(0.0);
+    }
+    set_lag(subscription, &Lag::default());
 }

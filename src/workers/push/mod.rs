@@ -5,7 +5,8 @@
 mod batch;
 pub mod gauges;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -31,6 +32,23 @@ async fn report_lag(pusher: &Pusher) {
             tracing::debug!(subscription = %pusher.name, error = %e, "reading the lag failed")
         }
     }
+}
+
+/// The subscriptions this node reports in its gauges.
+#[derive(Default)]
+struct Reported {
+    /// Pushed by this node now.
+    running: HashSet<Uuid>,
+    /// Seen paused or failed by this node, by name: reported until resumed or deleted.
+    parked: HashMap<Uuid, String>,
+}
+
+/// Why a pusher stopped.
+enum Ended {
+    /// The subscription is paused or failed; its gauges say so until it is resumed.
+    Parked,
+    /// Lease lost, node stopping, subscription deleted: another node (or none) reports it.
+    GivenUp,
 }
 
 /// Claims push subscriptions on a timer and runs one [`Pusher`] per claimed subscription.
@@ -64,23 +82,33 @@ impl PushWorker {
 
     /// Claims and pushes until `stop` is cancelled; leases are released on the way out.
     pub async fn run(self, stop: CancellationToken) {
-        let running: Arc<Mutex<HashSet<Uuid>>> = Arc::default();
+        let reported: Arc<Mutex<Reported>> = Arc::default();
         let mut tasks = tokio::task::JoinSet::new();
         loop {
-            match self.claim(&running).await {
+            match self.claim(&reported).await {
                 Ok(claimed) => {
                     for pusher in claimed {
                         let worker = self.clone();
-                        let running = running.clone();
+                        let reported = reported.clone();
                         let stop = stop.clone();
                         tasks.spawn(async move {
-                            let id = pusher.id;
-                            worker.push(pusher, stop).await;
-                            running.lock().expect("running set").remove(&id);
+                            let (id, name) = (pusher.id, pusher.name.clone());
+                            let ended = worker.push(pusher, stop).await;
+                            let mut reported = reported.lock().expect("reported set");
+                            reported.running.remove(&id);
+                            match ended {
+                                Ended::Parked => {
+                                    reported.parked.insert(id, name);
+                                }
+                                Ended::GivenUp => gauges::clear(&name),
+                            }
                         });
                     }
                 }
                 Err(e) => tracing::warn!(error = %e, "looking for push subscriptions failed"),
+            }
+            if let Err(e) = self.unpark(&reported).await {
+                tracing::warn!(error = %e, "checking parked push subscriptions failed");
             }
             while tasks.try_join_next().is_some() {}
             let jitter = rand::rng().random_range(0.8..1.2);
@@ -93,10 +121,10 @@ impl PushWorker {
     }
 
     /// Takes the leases of unclaimed push subscriptions.
-    async fn claim(&self, running: &Mutex<HashSet<Uuid>>) -> Result<Vec<Pusher>, StoreError> {
+    async fn claim(&self, reported: &Mutex<Reported>) -> Result<Vec<Pusher>, StoreError> {
         let mut claimed = Vec::new();
         for id in self.store().unclaimed_push_subscriptions().await? {
-            if running.lock().expect("running set").contains(&id) {
+            if reported.lock().expect("reported set").running.contains(&id) {
                 continue;
             }
             let name = format!("subscription:{id}");
@@ -109,7 +137,9 @@ impl PushWorker {
             };
             match self.prepare(id, lease.clone()).await {
                 Ok(pusher) => {
-                    running.lock().expect("running set").insert(id);
+                    let mut reported = reported.lock().expect("reported set");
+                    reported.running.insert(id);
+                    reported.parked.remove(&id);
                     tracing::info!(subscription = %pusher.name, epoch = lease.epoch, "pushing subscription");
                     claimed.push(pusher);
                 }
@@ -121,6 +151,34 @@ impl PushWorker {
             }
         }
         Ok(claimed)
+    }
+
+    /// Clears the gauges of parked subscriptions that were resumed or deleted since: the
+    /// node that pushes them now reports them.
+    async fn unpark(&self, reported: &Mutex<Reported>) -> Result<(), StoreError> {
+        let parked: Vec<(Uuid, String)> = {
+            let reported = reported.lock().expect("reported set");
+            reported
+                .parked
+                .iter()
+                .map(|(id, n)| (*id, n.clone()))
+                .collect()
+        };
+        for (id, name) in parked {
+            let still = match self.store().find_subscription(&id.to_string()).await {
+                Ok(s) => matches!(
+                    s.state,
+                    SubscriptionState::Paused | SubscriptionState::Failed
+                ),
+                Err(StoreError::NotFound) => false,
+                Err(e) => return Err(e),
+            };
+            let mut reported = reported.lock().expect("reported set");
+            if !still && reported.parked.remove(&id).is_some() {
+                gauges::clear(&name);
+            }
+        }
+        Ok(())
     }
 
     /// Loads what pushing a subscription needs.
@@ -164,7 +222,7 @@ impl PushWorker {
     }
 
     /// Pushes one subscription until it stops, the lease is lost or the node stops.
-    async fn push(&self, mut pusher: Pusher, stop: CancellationToken) {
+    async fn push(&self, mut pusher: Pusher, stop: CancellationToken) -> Ended {
         let lost = stop.child_token();
         let store = self.store().clone();
         let (lease, ttl) = (pusher.lease.clone(), self.lease_ttl);
@@ -174,7 +232,7 @@ impl PushWorker {
         });
         let table_ids: Vec<_> = pusher.tables.iter().map(|t| t.id).collect();
         let mut lag_reported: Option<Instant> = None;
-        loop {
+        let ended = loop {
             // Subscribe before reading: a publish during the batch wakes the wait after it.
             let mut waiter = self.notifier.subscribe_all(table_ids.iter().copied());
             let step = pusher.run_once(&lost).await;
@@ -193,34 +251,34 @@ impl PushWorker {
                     lag_reported = Some(Instant::now());
                     self.settings.idle_recheck
                 }
-                Ok(Step::Stop(state)) => {
-                    if let Some(state) = state {
-                        gauges::set_state(&pusher.name, state);
-                        report_lag(&pusher).await;
-                    }
-                    break;
+                Ok(Step::Stop(Some(state))) => {
+                    gauges::set_state(&pusher.name, state);
+                    report_lag(&pusher).await;
+                    break Ended::Parked;
                 }
-                Err(BatchError::Send(SendError::Cancelled))
-                | Err(BatchError::Store(StoreError::LeaseLost(_))) => break,
+                Ok(Step::Stop(None))
+                | Err(BatchError::Send(SendError::Cancelled))
+                | Err(BatchError::Store(StoreError::LeaseLost(_))) => break Ended::GivenUp,
                 Err(e) => match self.on_error(&pusher, e).await {
-                    Some(backoff) => backoff,
-                    None => break,
+                    ControlFlow::Continue(backoff) => backoff,
+                    ControlFlow::Break(ended) => break ended,
                 },
             };
             tokio::select! {
                 _ = waiter.changed() => {}
-                _ = lost.cancelled() => break,
+                _ = lost.cancelled() => break Ended::GivenUp,
                 _ = tokio::time::sleep(wait) => {}
             }
-        }
+        };
         if let Err(e) = self.store().release_lease(&pusher.lease).await {
             tracing::warn!(subscription = %pusher.name, error = %e, "releasing the lease failed");
         }
         tracing::info!(subscription = %pusher.name, "stopped pushing subscription");
+        ended
     }
 
-    /// Records a failed batch; the wait before the next attempt, `None` to stop.
-    async fn on_error(&self, pusher: &Pusher, error: BatchError) -> Option<Duration> {
+    /// Records a failed batch; the wait before the next attempt, or why to stop.
+    async fn on_error(&self, pusher: &Pusher, error: BatchError) -> ControlFlow<Ended, Duration> {
         let message = error.to_string();
         let result = match &error {
             BatchError::Send(SendError::Refused(_) | SendError::Encode(_))
@@ -231,7 +289,7 @@ impl PushWorker {
                     .await
                     .map(|_| {
                         gauges::set_state(&pusher.name, SubscriptionState::Failed);
-                        None
+                        ControlFlow::Break(Ended::Parked)
                     })
             }
             _ => {
@@ -244,13 +302,13 @@ impl PushWorker {
                     .await
                     .map(|_| {
                         gauges::set_state(&pusher.name, SubscriptionState::BackingOff);
-                        Some(backoff)
+                        ControlFlow::Continue(backoff)
                     })
             }
         };
         result.unwrap_or_else(|e| {
             tracing::warn!(subscription = %pusher.name, error = %e, "recording a push failure failed");
-            None
+            ControlFlow::Break(Ended::GivenUp)
         })
     }
 }
