@@ -512,6 +512,36 @@ async fn mapping_conflicts_go_to_the_dead_letters_and_redrive_after_the_fix() {
         (Some(2), Some(0))
     );
     assert_eq!(result["rejected"].as_array().unwrap().len(), 2);
+    assert_eq!(result["next"], Value::Null);
+    // A page at a time: the letters refused again stay, `next` moves past them.
+    let (_, first) = node.post(&redrive, &json!({"limit": 1})).await;
+    assert_eq!(first["sent"].as_u64(), Some(1), "{first}");
+    let (_, second) = node
+        .post(&redrive, &json!({"after": first["next"], "limit": 1}))
+        .await;
+    assert_eq!(second["sent"].as_u64(), Some(1), "{second}");
+    assert_ne!(first["rejected"][0]["id"], second["rejected"][0]["id"]);
+    let (_, last) = node
+        .post(&redrive, &json!({"after": second["next"], "limit": 1}))
+        .await;
+    assert_eq!(
+        (last["sent"].as_u64(), &last["next"]),
+        (Some(0), &Value::Null)
+    );
+    for (body, code) in [
+        (json!({"ids": [1], "limit": 5}), "invalid_redrive"),
+        (json!({"ids": [1], "after": 5}), "invalid_redrive"),
+        (json!({"ids": []}), "limit_out_of_range"),
+        (json!({"limit": 0}), "limit_out_of_range"),
+        (json!({"limit": 1001}), "limit_out_of_range"),
+    ] {
+        let (status, problem) = node.post(&redrive, &body).await;
+        assert_eq!(
+            (status, problem["code"].as_str()),
+            (400, Some(code)),
+            "{body}"
+        );
+    }
 
     // Fix the mapping: malformed values are kept in the source, not indexed.
     reqwest::Client::new()

@@ -289,9 +289,16 @@ pub struct DeadLetterPage {
 #[derive(Clone, Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Redrive {
-    /// Dead letters to send again; default every one.
+    /// Dead letters to send again (at most 1000). Without it, the oldest `limit` dead
+    /// letters after `after` are sent.
     #[serde(default)]
     pub ids: Option<Vec<i64>>,
+    /// Without `ids`: start after this dead letter id (a `next` of an earlier answer).
+    #[serde(default)]
+    pub after: Option<i64>,
+    /// Without `ids`: how many to send, 1 to 1000; default 100.
+    #[serde(default)]
+    pub limit: Option<u32>,
 }
 
 /// What a redrive did.
@@ -303,4 +310,6 @@ pub struct RedriveResult {
     pub resolved: usize,
     /// Those refused again, with their new reasons; they stay.
     pub rejected: Vec<DeadLetterView>,
+    /// Without `ids`: more dead letters follow; pass this as `after` to send them.
+    pub next: Option<i64>,
 }

@@ -271,14 +271,7 @@ pub async fn list_dead_letters(
 ) -> Result<axum::Json<DeadLetterPage>, ApiError> {
     let loaded = load(&state, &id).await?;
     ensure_push(&loaded)?;
-    let (default, max) = DEAD_LETTER_LIMITS;
-    let limit = query.limit.unwrap_or(default);
-    if limit == 0 || limit > max {
-        return Err(ApiError::bad_request(
-            "limit_out_of_range",
-            format!("limit must be between 1 and {max}"),
-        ));
-    }
+    let limit = checked_limit(query.limit)?;
     let rows = state
         .store
         .dead_letters(
@@ -287,9 +280,7 @@ pub async fn list_dead_letters(
             limit as i64,
         )
         .await?;
-    let next = (rows.len() == limit as usize)
-        .then(|| rows.last().map(|d| d.id))
-        .flatten();
+    let next = page_next(&rows, limit);
     Ok(axum::Json(DeadLetterPage {
         dead_letters: rows.into_iter().map(dead_letter_view).collect(),
         next,
@@ -299,7 +290,7 @@ pub async fn list_dead_letters(
 /// Send dead letters again.
 ///
 /// Rebuilds each listed dead letter's document from its event and sends it with its
-/// original version. Those that go through (or that OpenSearch already has in a newer
+/// original version; without `ids`, a page of them at a time (`after`, `limit`, `next`). Those that go through (or that OpenSearch already has in a newer
 /// version) are removed; those refused again stay, with the new reason.
 #[utoipa::path(
     post, path = "/v1/subscriptions/{id}/dead-letters/redrive", tag = TAG, operation_id = "redriveDeadLetters",
@@ -307,7 +298,7 @@ pub async fn list_dead_letters(
     request_body = Redrive,
     responses(
         (status = 200, description = "What became of the dead letters", body = RedriveResult),
-        (status = 400, description = "Malformed body", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Malformed body, `ids` together with `after` or `limit` (`invalid_redrive`), or too many ids or a limit out of range", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "A pull subscription", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The body has unknown fields or wrong types", body = Problem, content_type = "application/problem+json"),
@@ -322,9 +313,32 @@ pub async fn redrive_dead_letters(
     let loaded = load(&state, &id).await?;
     ensure_push(&loaded)?;
     let sub = loaded.subscription.id;
-    let letters = match &redrive.ids {
-        Some(ids) => state.store.dead_letters_by_id(sub, ids).await?,
-        None => state.store.dead_letters(sub, 0, i64::MAX).await?,
+    let (_, max) = DEAD_LETTER_LIMITS;
+    let (letters, next) = match (&redrive.ids, redrive.after, redrive.limit) {
+        (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
+            return Err(ApiError::bad_request(
+                "invalid_redrive",
+                "give either ids, or after and limit, not both",
+            ));
+        }
+        (Some(ids), None, None) => {
+            if ids.is_empty() || ids.len() > max as usize {
+                return Err(ApiError::bad_request(
+                    "limit_out_of_range",
+                    format!("ids must list between 1 and {max} dead letters"),
+                ));
+            }
+            (state.store.dead_letters_by_id(sub, ids).await?, None)
+        }
+        (None, after, limit) => {
+            let limit = checked_limit(limit)?;
+            let rows = state
+                .store
+                .dead_letters(sub, after.unwrap_or(0), limit as i64)
+                .await?;
+            let next = page_next(&rows, limit);
+            (rows, next)
+        }
     };
     let record = state.store.push_record(sub).await?;
     let target = PushTarget::from_json(&record.target)
@@ -387,5 +401,25 @@ pub async fn redrive_dead_letters(
         sent: letters.len(),
         resolved: resolved.len(),
         rejected,
+        next,
     }))
+}
+
+/// A page size of dead letters: the default when absent, else checked against the maximum.
+fn checked_limit(limit: Option<u32>) -> Result<u32, ApiError> {
+    let (default, max) = DEAD_LETTER_LIMITS;
+    match limit.unwrap_or(default) {
+        limit @ 1.. if limit <= max => Ok(limit),
+        _ => Err(ApiError::bad_request(
+            "limit_out_of_range",
+            format!("limit must be between 1 and {max}"),
+        )),
+    }
+}
+
+/// The `next` of a page of `limit` dead letters: its last id when the page is full.
+fn page_next(rows: &[DeadLetter], limit: u32) -> Option<i64> {
+    (rows.len() == limit as usize)
+        .then(|| rows.last().map(|d| d.id))
+        .flatten()
 }
