@@ -2,13 +2,16 @@
 //! to a bare `_bulk` loader sending the same documents in batches of the same size (the
 //! floor set by OpenSearch itself).
 //!
-//! `cargo bench --bench push -- [--rows 1000000] [--changed 50000] [--batch 1000]`
+//! `cargo bench --bench push -- [--rows 1000000] [--changed 50000] [--batch 1000]
+//! [--warm-up 200000]`
 //!
 //! 1. copies the taxi table of `benches/load.rs` (generated there when missing) into a
 //!    scratch directory next to it, since the CDC scenarios commit to it;
 //! 2. registers the copy (`start: "snapshot"`, key `trip_id`) with an in-process node on a
 //!    fresh PostgreSQL database and waits for its initial export;
-//! 3. initial load: creates a push subscription into a fresh index and times it from
+//! 3. warm-up: the bare loader sends the first `--warm-up` events into a throwaway index
+//!    (deleted after), so that neither measured side pays for a cold OpenSearch (JIT);
+//!    initial load: creates a push subscription into a fresh index and times it from
 //!    creation until its lag is zero; then the bare loader sends the same events, made
 //!    into the same `_bulk` bodies by the same code (`item_for_event`, `split`, `encode`)
 //!    into a second fresh index with the same settings, one request at a time, as the
@@ -18,7 +21,7 @@
 //!    then times the resumed subscription until its lag is zero, then the bare loader;
 //! 5. checks both indices hold the table's rows, prints docs/s of both and the ratio.
 //!
-//! icefeed always goes first, so any warm-up of OpenSearch favours the bare loader.
+//! icefeed always goes first, so any warm-up left favours the bare loader.
 //! PostgreSQL: `ICEFEED_BENCH_DATABASE_URL`; OpenSearch: `ICEFEED_BENCH_OPENSEARCH_URL`
 //! (default `http://127.0.0.1:9200`).
 
@@ -72,6 +75,10 @@ struct Args {
     /// Documents per `_bulk` request, for both (the push target's `batch.max_documents`).
     #[arg(long, default_value_t = 1000)]
     batch: usize,
+    /// Documents sent into a throwaway index before anything is measured, so that
+    /// neither side pays for warming OpenSearch up (JIT, caches); 0 for none.
+    #[arg(long, default_value_t = 200_000)]
+    warm_up: u64,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -220,8 +227,22 @@ async fn scenarios(
             "index_settings": {"number_of_shards": 1, "number_of_replicas": 0},
         })
     };
-    let bare = PushTarget::from_json(&target(&bare_index))?;
-    let response = http
+    let mut bench = Bench {
+        http,
+        base: base.to_string(),
+        opensearch: opensearch.to_string(),
+        table,
+        subscription: String::new(),
+        bare: PushTarget::from_json(&target(&bare_index))?,
+        bare_index,
+        icefeed_index: icefeed_index.clone(),
+        cursor: None,
+    };
+    if args.warm_up > 0 {
+        bench.warm_up(&target, args.warm_up).await?;
+    }
+    let response = bench
+        .http
         .post(format!("{base}/v1/subscriptions"))
         .json(
             &json!({"name": "bench-push", "tables": [id], "kind": "opensearch",
@@ -236,23 +257,12 @@ async fn scenarios(
         status.is_success(),
         "subscription answered {status}: {body}"
     );
-    let subscription = body["id"].as_str().context("subscription id")?.to_string();
-    let mut bench = Bench {
-        http,
-        base: base.to_string(),
-        opensearch: opensearch.to_string(),
-        table,
-        subscription,
-        bare,
-        bare_index,
-        icefeed_index,
-        cursor: None,
-    };
+    bench.subscription = body["id"].as_str().context("subscription id")?.to_string();
 
     // 3. Initial load.
     let mut outcomes = Vec::new();
     let icefeed = bench.wait_caught_up(started).await?;
-    let (documents, bare) = bench.bare_load().await?;
+    let (documents, bare) = bench.bare_load(None).await?;
     outcomes.push(Outcome {
         scenario: "initial load (insert)".into(),
         documents,
@@ -289,7 +299,7 @@ async fn scenarios(
         let started = Instant::now();
         bench.set_paused(false).await?;
         let icefeed = bench.wait_caught_up(started).await?;
-        let (documents, bare) = bench.bare_load().await?;
+        let (documents, bare) = bench.bare_load(None).await?;
         anyhow::ensure!(
             documents == args.changed,
             "{scenario}: {documents} events, expected {}",
@@ -373,7 +383,7 @@ impl Bench {
 
     /// The table's events after the cursor, as the same `_bulk` bodies the push worker
     /// sends (but into the bare index); advances the cursor. Not timed.
-    async fn bare_bodies(&mut self) -> anyhow::Result<(u64, Vec<Bytes>)> {
+    async fn bare_bodies(&mut self, limit: Option<u64>) -> anyhow::Result<(u64, Vec<Bytes>)> {
         let url = format!("{}/v1/tables/{}/changes", self.base, self.table.id.0);
         let mut items = Vec::new();
         loop {
@@ -409,6 +419,10 @@ impl Bench {
             if !more || items.len() == before {
                 break;
             }
+            if let Some(limit) = limit.filter(|l| items.len() as u64 >= *l) {
+                items.truncate(limit as usize);
+                break;
+            }
         }
         let bodies = split(&items, &self.bare.config.batch)
             .into_iter()
@@ -419,8 +433,8 @@ impl Bench {
 
     /// Sends the events after the cursor into the bare index, one `_bulk` at a time;
     /// returns how many and the time the requests took.
-    async fn bare_load(&mut self) -> anyhow::Result<(u64, Duration)> {
-        let (documents, bodies) = self.bare_bodies().await?;
+    async fn bare_load(&mut self, limit: Option<u64>) -> anyhow::Result<(u64, Duration)> {
+        let (documents, bodies) = self.bare_bodies(limit).await?;
         let client = OpenSearchClient::new(&self.bare)?;
         let config = &self.bare.config;
         client
@@ -458,6 +472,27 @@ impl Bench {
             elapsed.as_secs_f64()
         );
         Ok((documents, elapsed))
+    }
+
+    /// Sends the first `documents` events into a throwaway index, then deletes it and
+    /// rewinds the bare loader to the start of the feed.
+    async fn warm_up(
+        &mut self,
+        target: &impl Fn(&str) -> Value,
+        documents: u64,
+    ) -> anyhow::Result<()> {
+        let index = format!("{}-warm-up", self.bare_index);
+        let measured = std::mem::replace(&mut self.bare, PushTarget::from_json(&target(&index))?);
+        let measured_index = std::mem::replace(&mut self.bare_index, index.clone());
+        print!("warm-up: ");
+        self.bare_load(Some(documents)).await?;
+        (self.bare, self.bare_index, self.cursor) = (measured, measured_index, None);
+        self.http
+            .delete(format!("{}/{index}", self.opensearch))
+            .send()
+            .await?
+            .error_for_status()?;
+        Ok(())
     }
 
     /// Both indices hold `rows` documents.

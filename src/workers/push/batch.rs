@@ -7,6 +7,7 @@
 //! makes the commit refuse and the worker start over from the stored position.
 
 use std::ops::Range;
+use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
 
@@ -61,6 +62,8 @@ pub struct Batch {
     origin: Vec<usize>,
     /// Dead letters of events that could not be made into items.
     unrenderable: Vec<NewDeadLetter>,
+    /// Time it took to read and make into items.
+    read_time: Duration,
 }
 
 impl Batch {
@@ -149,6 +152,7 @@ impl Pusher {
         subscription: &Subscription,
         from: Vec<Position>,
     ) -> Result<Batch, BatchError> {
+        let started = Instant::now();
         let store = self.feed.store();
         for (table, position) in self.tables.iter().zip(&from) {
             if store.floor(table.id).await?.is_gone(*position) {
@@ -188,6 +192,7 @@ impl Pusher {
             items: Vec::new(),
             origin: Vec::new(),
             unrenderable: Vec::new(),
+            read_time: Duration::ZERO,
         };
         for (i, range) in batch.lines.iter().enumerate() {
             let line = &body[range.clone()];
@@ -205,11 +210,13 @@ impl Pusher {
             }
         }
         batch.body = body;
+        batch.read_time = started.elapsed();
         Ok(batch)
     }
 
     /// Sends `batch` and commits it; false when the stored position had moved.
     async fn push(&self, batch: &Batch, cancel: &CancellationToken) -> Result<bool, BatchError> {
+        let started = Instant::now();
         let outcomes = send_items(
             &self.client,
             &self.target,
@@ -218,6 +225,7 @@ impl Pusher {
             cancel,
         )
         .await?;
+        let sent = started.elapsed();
         let mut commit = PushCommit {
             dead: batch.unrenderable.clone(),
             ..PushCommit::default()
@@ -243,6 +251,14 @@ impl Pusher {
         if !self.commit(batch, &commit).await? {
             return Ok(false);
         }
+        tracing::debug!(
+            subscription = %self.name,
+            events = batch.lines.len(),
+            read_ms = batch.read_time.as_secs_f64() * 1e3,
+            send_ms = sent.as_secs_f64() * 1e3,
+            commit_ms = (started.elapsed() - sent).as_secs_f64() * 1e3,
+            "pushed a batch"
+        );
         self.record(&commit);
         if !commit.dead.is_empty() {
             tracing::warn!(subscription = %self.name, rejected = commit.dead.len(), "events went to the dead letters");
