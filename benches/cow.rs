@@ -2,7 +2,7 @@
 //! (updates and deletes of a few rows rewriting whole data files) compared with the
 //! physical floor of decoding the files that snapshot touched with bare Arrow.
 //!
-//! `cargo bench --bench cow -- [--rows N] [--changed 50000]`
+//! `cargo bench --bench cow -- [--rows N] [--changed 50000] [--only scattered]`
 //!
 //! 1. copies the taxi table of `benches/load.rs` (generated there when missing) into a
 //!    scratch directory next to it, since the benchmark commits to it;
@@ -58,6 +58,9 @@ struct Args {
     /// Rows each update and delete scenario changes.
     #[arg(long, default_value_t = 50_000)]
     changed: u64,
+    /// Run only the scenarios whose name contains this (for example `scattered`).
+    #[arg(long)]
+    only: Option<String>,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -241,6 +244,13 @@ async fn scenarios(
     let mut outcomes = Vec::new();
     let mut next_trip_id = args.rows as i64 * 2 + 1;
     for (i, (name, kind, clustered, rows, reference)) in list.into_iter().enumerate() {
+        if args
+            .only
+            .as_ref()
+            .is_some_and(|only| !name.contains(only.as_str()))
+        {
+            continue;
+        }
         let scenario = Scenario {
             name,
             rows,

@@ -59,6 +59,8 @@ use crate::database::{Database, node_settings};
 const DEFAULT_ADMIN_URL: &str = "postgres://icefeed:icefeed@127.0.0.1:5432/icefeed";
 const DEFAULT_OPENSEARCH_URL: &str = "http://127.0.0.1:9200";
 const PAGE_LIMIT: u64 = 10_000;
+/// Events the bare loader makes into bodies at a time (untimed), bounding its memory.
+const BARE_CHUNK: u64 = 100_000;
 const LAG_POLL: Duration = Duration::from_millis(20);
 const LAG_TIMEOUT: Duration = Duration::from_secs(3600);
 
@@ -382,8 +384,9 @@ impl Bench {
     }
 
     /// The table's events after the cursor, as the same `_bulk` bodies the push worker
-    /// sends (but into the bare index); advances the cursor. Not timed.
-    async fn bare_bodies(&mut self, limit: Option<u64>) -> anyhow::Result<(u64, Vec<Bytes>)> {
+    /// sends (but into the bare index), whole pages until at least `at_least` events;
+    /// advances the cursor. Also whether events are left. Not timed.
+    async fn bare_bodies(&mut self, at_least: u64) -> anyhow::Result<(u64, Vec<Bytes>, bool)> {
         let url = format!("{}/v1/tables/{}/changes", self.base, self.table.id.0);
         let mut items = Vec::new();
         loop {
@@ -416,25 +419,21 @@ impl Bench {
                 )?);
             }
             self.cursor = Some(next);
-            if !more || items.len() == before {
-                break;
-            }
-            if let Some(limit) = limit.filter(|l| items.len() as u64 >= *l) {
-                items.truncate(limit as usize);
-                break;
+            let more = more && items.len() > before;
+            if !more || items.len() as u64 >= at_least {
+                let bodies = split(&items, &self.bare.config.batch)
+                    .into_iter()
+                    .map(|run| encode(&items[run]))
+                    .collect::<Result<Vec<_>, _>>()?;
+                return Ok((items.len() as u64, bodies, more));
             }
         }
-        let bodies = split(&items, &self.bare.config.batch)
-            .into_iter()
-            .map(|run| encode(&items[run]))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok((items.len() as u64, bodies))
     }
 
-    /// Sends the events after the cursor into the bare index, one `_bulk` at a time;
-    /// returns how many and the time the requests took.
+    /// Sends the events after the cursor (at least `limit` of them, else all) into the bare
+    /// index, one `_bulk` at a time; returns how many and the time the requests took. The
+    /// bodies are made a chunk at a time, outside the timing, so that memory stays bounded.
     async fn bare_load(&mut self, limit: Option<u64>) -> anyhow::Result<(u64, Duration)> {
-        let (documents, bodies) = self.bare_bodies(limit).await?;
         let client = OpenSearchClient::new(&self.bare)?;
         let config = &self.bare.config;
         client
@@ -445,33 +444,51 @@ impl Bench {
             )
             .await?;
         let url = format!("{}/_bulk", self.opensearch);
-        let started = Instant::now();
-        for body in bodies {
-            let answer = self
-                .http
-                .post(&url)
-                .header(CONTENT_TYPE, "application/x-ndjson")
-                .body(body)
-                .send()
-                .await?
-                .error_for_status()?
-                .bytes()
-                .await?;
-            // `{"took":N,"errors":false,…`: any failed item fails the benchmark.
-            const NO_ERRORS: &[u8] = b"\"errors\":false";
-            let head = &answer[..answer.len().min(40)];
-            anyhow::ensure!(
-                head.windows(NO_ERRORS.len()).any(|w| w == NO_ERRORS),
-                "a bare _bulk had errors: {}",
-                String::from_utf8_lossy(&answer[..answer.len().min(2000)])
-            );
+        let (mut documents, mut elapsed) = (0, Duration::ZERO);
+        loop {
+            let want = limit.map_or(BARE_CHUNK, |l| l.saturating_sub(documents).min(BARE_CHUNK));
+            if want == 0 {
+                break;
+            }
+            let (read, bodies, more) = self.bare_bodies(want).await?;
+            documents += read;
+            let started = Instant::now();
+            for body in bodies {
+                self.bare_bulk(&url, body).await?;
+            }
+            elapsed += started.elapsed();
+            if !more {
+                break;
+            }
         }
-        let elapsed = started.elapsed();
         println!(
             "  bare loader: {documents} documents in {:.2}s",
             elapsed.as_secs_f64()
         );
         Ok((documents, elapsed))
+    }
+
+    /// One `_bulk` request of the bare loader; every item must go through.
+    async fn bare_bulk(&self, url: &str, body: Bytes) -> anyhow::Result<()> {
+        let answer = self
+            .http
+            .post(url)
+            .header(CONTENT_TYPE, "application/x-ndjson")
+            .body(body)
+            .send()
+            .await?
+            .error_for_status()?
+            .bytes()
+            .await?;
+        // `{"took":N,"errors":false,…`: any failed item fails the benchmark.
+        const NO_ERRORS: &[u8] = b"\"errors\":false";
+        let head = &answer[..answer.len().min(40)];
+        anyhow::ensure!(
+            head.windows(NO_ERRORS.len()).any(|w| w == NO_ERRORS),
+            "a bare _bulk had errors: {}",
+            String::from_utf8_lossy(&answer[..answer.len().min(2000)])
+        );
+        Ok(())
     }
 
     /// Sends the first `documents` events into a throwaway index, then deletes it and
