@@ -83,12 +83,12 @@ impl TaskContext {
         })
     }
 
-    /// Reads data files concurrently, in order.
-    pub async fn read_files(
+    /// Reads data files concurrently: the batches of each file, in file order.
+    pub async fn read_each_file(
         &self,
         opened: &Opened,
         paths: &[String],
-    ) -> Result<Vec<RecordBatch>, TaskError> {
+    ) -> Result<Vec<Vec<RecordBatch>>, TaskError> {
         let reads: Vec<_> = paths
             .iter()
             .map(|path| {
@@ -101,11 +101,10 @@ impl TaskContext {
                 }
             })
             .collect();
-        let batches: Vec<Vec<RecordBatch>> = futures::stream::iter(reads)
+        futures::stream::iter(reads)
             .buffered(self.file_concurrency)
             .try_collect()
-            .await?;
-        Ok(batches.into_iter().flatten().collect())
+            .await
     }
 }
 

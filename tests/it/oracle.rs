@@ -878,6 +878,36 @@ fn file_with(model: &Model, row: &Row) -> usize {
 /// Keyed and partitioned: carryover, a partition move, emptied partitions, a no-op
 /// rewrite, a compaction and a row delete. Returns the model and, per snapshot, the
 /// changes a reader must see, written out by hand.
+/// One commit rewrites 24 partitions: small groups are packed several to a map task,
+/// which cancels carryover group by group. Each partition gets an update, one row moves
+/// from the first partition to the last, and the rest is carried over.
+async fn packed_history(wh: &Warehouse) -> Model {
+    let mut m = Model::create(wh, "oracle.packed", true, true).await;
+    let rows: Vec<Row> = (0..24)
+        .flat_map(|part| (0..3).map(move |i| Row::new(part as i64 * 3 + i, part, "x", i)))
+        .collect();
+    m.append(wh, &rows, None, "append 24 partitions").await;
+    let rewritten: Vec<Row> = rows
+        .iter()
+        .map(|r| match (r.id % 3, r.id) {
+            (_, 0) => Row::new(0, 23, "moved", 0),
+            (1, _) => Row::new(r.id, r.part, "updated", 100),
+            _ => r.clone(),
+        })
+        .collect();
+    let all: Vec<usize> = (0..m.files.len()).collect();
+    m.rewrite(
+        wh,
+        &all,
+        &rewritten,
+        "overwrite",
+        None,
+        "update every partition",
+    )
+    .await;
+    m
+}
+
 async fn keyed_history(wh: &Warehouse) -> (Model, Vec<Vec<String>>) {
     let mut m = Model::create(wh, "oracle.keyed", true, true).await;
     let r1 = Row::new(1, 0, "a", 10);
@@ -1112,7 +1142,11 @@ async fn oracle_diffs_of_hand_made_histories() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn oracle_hand_made_histories_match_icefeed() {
     let wh = Warehouse::new().await;
-    let models = [keyed_history(&wh).await.0, duplicates_history(&wh).await.0];
+    let models = [
+        keyed_history(&wh).await.0,
+        duplicates_history(&wh).await.0,
+        packed_history(&wh).await,
+    ];
     let (node, _store) = Node::start_fresh().await;
     for model in &models {
         let expected = oracle(model).await;

@@ -1,5 +1,6 @@
-//! Map task: cancel carryover within whole partition groups, then hash what survives by
-//! key into buckets, written as shuffle files (see `files`). Groups whose decoded rows fit
+//! Map task: cancel carryover within whole partition groups (one group at a time, so the
+//! hash table stays small), then hash what survives by key into buckets, written as
+//! shuffle files (see `files`). Groups whose decoded rows fit
 //! in `scheduler.map_memory_bytes` are cancelled in memory; larger ones go through
 //! `spill`, which feeds the same bucket writer one spill partition at a time.
 
@@ -24,9 +25,12 @@ pub async fn run_map(
     let budget = ctx.map_memory_bytes;
     let mut out = Buckets::new(ctx, task, &schema, &map, budget)?;
     let spilled_partitions = if estimated_memory(map.input_bytes) <= budget {
-        let removed = ctx.read_files(&opened, &map.removed).await?;
-        let added = ctx.read_files(&opened, &map.added).await?;
-        out.push(cancel(&schema, removed, added).await?).await?;
+        let removed = ctx.read_each_file(&opened, &map.removed).await?;
+        let added = ctx.read_each_file(&opened, &map.added).await?;
+        for (removed, added) in map.split_groups(removed, added) {
+            let (removed, added) = (removed.concat(), added.concat());
+            out.push(cancel(&schema, removed, added).await?).await?;
+        }
         0
     } else {
         spill::cancel_spilled(ctx, task, &opened, &map, &mut out).await?

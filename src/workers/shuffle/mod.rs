@@ -33,6 +33,35 @@ pub struct MapTask {
     /// Columns rows are hashed on (all columns when the table has no identifier).
     pub key: Vec<usize>,
     pub buckets: u32,
+    /// How many of `removed` and of `added` each packed partition group has, in order.
+    /// Carryover is cancelled group by group, so that a hash table holds one group's rows
+    /// and stays in the CPU caches. Empty: all files are one group.
+    #[serde(default)]
+    pub groups: Vec<(usize, usize)>,
+}
+
+impl MapTask {
+    /// The files' contents (one item per file, in file order) split into the task's
+    /// partition groups: (removed, added) per group.
+    pub fn split_groups<T>(&self, removed: Vec<T>, added: Vec<T>) -> Vec<(Vec<T>, Vec<T>)> {
+        let counted: (usize, usize) = self
+            .groups
+            .iter()
+            .fold((0, 0), |(r, a), g| (r + g.0, a + g.1));
+        if self.groups.is_empty() || counted != (removed.len(), added.len()) {
+            return vec![(removed, added)];
+        }
+        let (mut removed, mut added) = (removed.into_iter(), added.into_iter());
+        self.groups
+            .iter()
+            .map(|&(r, a)| {
+                (
+                    removed.by_ref().take(r).collect(),
+                    added.by_ref().take(a).collect(),
+                )
+            })
+            .collect()
+    }
 }
 
 /// The rows of one bucket (or spill partition) in a shuffle file: an Arrow IPC stream
@@ -113,6 +142,7 @@ impl Shuffle<'_> {
             input_bytes: 0,
             key: self.key.clone(),
             buckets,
+            groups: Vec::new(),
         };
         for (f, is_removed) in removed
             .into_iter()
@@ -127,6 +157,9 @@ impl Shuffle<'_> {
                 &mut group.added
             };
             side.push(f.path);
+        }
+        for group in groups.values_mut() {
+            group.groups = vec![(group.removed.len(), group.added.len())];
         }
         let maps: Vec<(String, serde_json::Value)> = pack(groups, self.map_memory_bytes)
             .into_iter()
@@ -265,6 +298,7 @@ fn pack(groups: BTreeMap<String, MapTask>, memory: u64) -> Vec<MapTask> {
                 last.removed.extend(group.removed);
                 last.added.extend(group.added);
                 last.input_bytes += group.input_bytes;
+                last.groups.extend(group.groups);
             }
             _ => tasks.push(group),
         }
@@ -365,6 +399,7 @@ mod tests {
             input_bytes,
             key: vec![0],
             buckets: 4,
+            groups: vec![(files.len(), 0)],
         }
     }
 
@@ -385,10 +420,35 @@ mod tests {
         let files: Vec<Vec<String>> = tasks.iter().map(|t| t.removed.clone()).collect();
         assert_eq!(files, vec![vec!["a", "b"], vec!["c"], vec!["d", "e"]]);
         assert_eq!(tasks[0].input_bytes, 20);
+        assert_eq!(tasks[0].groups, vec![(1, 0), (1, 0)]);
         // Plenty of memory: still about an eighth of the whole per task.
         let many: BTreeMap<String, MapTask> = (0..16)
             .map(|i| (format!("{i:02}"), group(&["x"], 10)))
             .collect();
         assert_eq!(pack(many, u64::MAX).len(), 8);
+    }
+
+    #[test]
+    fn packed_groups_split_back_into_their_files() {
+        let mut task = group(&["r1", "r2", "r3"], 30);
+        task.added = vec!["a1".into(), "a2".into()];
+        task.groups = vec![(2, 1), (0, 0), (1, 1)];
+        let split = task.split_groups(vec!["r1", "r2", "r3"], vec!["a1", "a2"]);
+        assert_eq!(
+            split,
+            vec![
+                (vec!["r1", "r2"], vec!["a1"]),
+                (vec![], vec![]),
+                (vec!["r3"], vec!["a2"])
+            ]
+        );
+        // Tasks planned before groups were recorded, or counts that do not add up: one group.
+        for groups in [vec![], vec![(1, 1)]] {
+            task.groups = groups;
+            assert_eq!(
+                task.split_groups(vec!["r1", "r2", "r3"], vec!["a1", "a2"]),
+                vec![(vec!["r1", "r2", "r3"], vec!["a1", "a2"])]
+            );
+        }
     }
 }
