@@ -5,7 +5,6 @@
 //! multisets of whole rows; identical rows cancel pairwise (duplicates counted). What
 //! survives is the real change, which is then paired by identifier columns.
 
-use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 
@@ -76,106 +75,72 @@ pub struct Survivors {
 }
 
 /// Cancels rows that appear identically in `removed` and `added` (a multiset difference).
-/// Survivors keep their input order.
-///
-/// Both sides are held in the row format; each row's hash is sorted with its place, and
-/// the two sorted lists are merged: rows of equal hash are compared byte for byte. Sorting
-/// touches memory in order, where a hash table of every removed row would miss the CPU
-/// caches on nearly every probe once a partition group has some 100K rows.
+/// Survivors keep their input order. Only the removed side's rows are held in the row
+/// format; added rows are converted a batch at a time and probed.
 pub fn cancel_carryover(
     schema: &SchemaRef,
     removed: &[RecordBatch],
     added: &[RecordBatch],
 ) -> Result<Survivors, ArrowError> {
     let converter = whole_row_converter(schema)?;
-    let mut removed_side = Side::new(&converter, removed)?;
-    let mut added_side = Side::new(&converter, added)?;
-    let (mut i, mut j) = (0, 0);
-    let (rk, ak) = (&removed_side.sorted, &added_side.sorted);
-    let mut cancelled: Vec<(Place, Place)> = Vec::new();
-    while i < rk.len() && j < ak.len() {
-        let hash = rk[i].0;
-        match hash.cmp(&ak[j].0) {
-            Ordering::Less => i += 1,
-            Ordering::Greater => j += 1,
-            Ordering::Equal => {
-                let i_end = i + rk[i..].iter().take_while(|k| k.0 == hash).count();
-                let j_end = j + ak[j..].iter().take_while(|k| k.0 == hash).count();
-                // Almost always one row a side; duplicates cancel pairwise.
-                let mut taken = vec![false; i_end - i];
-                for &(_, a) in &ak[j..j_end] {
-                    let row = added_side.row(a);
-                    let found =
-                        (i..i_end).find(|&k| !taken[k - i] && removed_side.row(rk[k].1) == row);
-                    if let Some(k) = found {
-                        taken[k - i] = true;
-                        cancelled.push((rk[k].1, a));
-                    }
-                }
-                (i, j) = (i_end, j_end);
+    let removed_rows = removed
+        .iter()
+        .map(|b| converter.convert_columns(b.columns()))
+        .collect::<Result<Vec<_>, _>>()?;
+    // Removed rows by hash; rows sharing a hash are chained through `next`, so the index
+    // costs no allocation per row.
+    let total: usize = removed_rows.iter().map(|r| r.num_rows()).sum();
+    let mut at: Vec<(usize, usize)> = Vec::with_capacity(total);
+    let mut next: Vec<u32> = Vec::with_capacity(total);
+    let mut heads: HashMap<u64, u32, FixedState> =
+        HashMap::with_capacity_and_hasher(total, FixedState::default());
+    for (b, rows) in removed_rows.iter().enumerate() {
+        for (r, row) in rows.iter().enumerate() {
+            next.push(
+                heads
+                    .insert(row_hash(row.as_ref()), at.len() as u32)
+                    .unwrap_or(NONE),
+            );
+            at.push((b, r));
+        }
+    }
+    let mut live = vec![true; total];
+    let mut inserted = Vec::new();
+    for (b, batch) in added.iter().enumerate() {
+        let rows = converter.convert_columns(batch.columns())?;
+        for (r, row) in rows.iter().enumerate() {
+            let hash = row_hash(row.as_ref());
+            let mut prev = NONE;
+            let mut i = heads.get(&hash).copied().unwrap_or(NONE);
+            while i != NONE && removed_rows[at[i as usize].0].row(at[i as usize].1) != row {
+                (prev, i) = (i, next[i as usize]);
+            }
+            if i == NONE {
+                inserted.push((b, r));
+                continue;
+            }
+            // A copy: unlink the matched removed row so duplicates are counted.
+            live[i as usize] = false;
+            let after = next[i as usize];
+            match (prev, after) {
+                (NONE, NONE) => drop(heads.remove(&hash)),
+                (NONE, _) => drop(heads.insert(hash, after)),
+                _ => next[prev as usize] = after,
             }
         }
     }
-    for (r, a) in cancelled {
-        removed_side.cancel(r);
-        added_side.cancel(a);
-    }
+    let deleted: Vec<(usize, usize)> = at
+        .into_iter()
+        .zip(live)
+        .filter_map(|(row, live)| live.then_some(row))
+        .collect();
     Ok(Survivors {
-        deleted: gather(schema, removed, &removed_side.survivors())?,
-        inserted: gather(schema, added, &added_side.survivors())?,
+        deleted: gather(schema, removed, &deleted)?,
+        inserted: gather(schema, added, &inserted)?,
     })
 }
 
-/// A row's place: (batch, row).
-type Place = (u32, u32);
-
-/// One side of a carryover cancellation: its rows in the row format, their hashes sorted.
-struct Side {
-    rows: Vec<Rows>,
-    /// (hash, place) of every row, by hash then place.
-    sorted: Vec<(u64, Place)>,
-    /// Per batch, whether each row is still live.
-    live: Vec<Vec<bool>>,
-}
-
-impl Side {
-    fn new(converter: &RowConverter, batches: &[RecordBatch]) -> Result<Self, ArrowError> {
-        let rows = batches
-            .iter()
-            .map(|b| converter.convert_columns(b.columns()))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut sorted = Vec::with_capacity(rows.iter().map(Rows::num_rows).sum());
-        for (b, batch) in rows.iter().enumerate() {
-            for (r, row) in batch.iter().enumerate() {
-                sorted.push((row_hash(row.as_ref()), (b as u32, r as u32)));
-            }
-        }
-        sorted.sort_unstable();
-        let live = rows.iter().map(|r| vec![true; r.num_rows()]).collect();
-        Ok(Self { rows, sorted, live })
-    }
-
-    fn row(&self, (b, r): Place) -> arrow::row::Row<'_> {
-        self.rows[b as usize].row(r as usize)
-    }
-
-    fn cancel(&mut self, (b, r): Place) {
-        self.live[b as usize][r as usize] = false;
-    }
-
-    /// Places of the live rows, in input order.
-    fn survivors(&self) -> Vec<(usize, usize)> {
-        self.live
-            .iter()
-            .enumerate()
-            .flat_map(|(b, live)| {
-                live.iter()
-                    .enumerate()
-                    .filter_map(move |(r, &live)| live.then_some((b, r)))
-            })
-            .collect()
-    }
-}
+const NONE: u32 = u32::MAX;
 
 /// The rows at `(batch, row)` of `batches`, in that order, as one batch.
 pub fn gather(
