@@ -110,7 +110,9 @@ impl Pusher {
         let (pushed, ahead) = tokio::join!(self.push(&batch, cancel), read_ahead);
         let pushed = pushed?;
         if pushed {
-            self.ahead = ahead;
+            // An empty batch read ahead may predate a publish whose notification this
+            // worker has already passed by: read again rather than go idle on it.
+            self.ahead = ahead.filter(|b| !b.lines.is_empty());
             Ok(Step::Pushed {
                 events: batch.lines.len(),
                 more: batch.more,
