@@ -31,14 +31,14 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::cdc::{
-    Kind, Registered, apply, copy_table, local_path, plan_clustered, plan_scattered,
+    Kind, Registered, commit_plan, copy_table, local_path, plan_clustered, plan_scattered,
     register_and_wait, scratch_dir, wait_checkpoint,
 };
 use crate::database::{Database, node_settings};
 use anyhow::{Context, bail};
 use clap::Parser;
 use iceberg::spec::DataFile;
-use icefeed::demo::rewrite::{live_data_files, rewrite_with};
+use icefeed::demo::rewrite::live_data_files;
 use icefeed::demo::taxi::TaxiGenerator;
 use icefeed::demo::writer::{self, AppendOptions};
 use serde::Deserialize;
@@ -285,18 +285,7 @@ async fn scenarios(
                 } else {
                     plan_scattered(&before, rows)?
                 };
-                let (remove, batches) = apply(&table, &plan, kind).await?;
-                let options = AppendOptions {
-                    max_rows_per_file: Some(generate::DEFAULT_MAX_ROWS_PER_FILE),
-                    snapshot_properties: HashMap::new(),
-                };
-                let op = if kind == Kind::Update {
-                    "overwrite"
-                } else {
-                    "delete"
-                };
-                let after = rewrite_with(&catalog, &table, &remove, &batches, op, &options).await?;
-                (after, remove)
+                commit_plan(&catalog, &table, &plan, kind).await?
             }
         };
         let committed = Instant::now();

@@ -34,7 +34,6 @@ mod database;
 #[allow(dead_code)]
 mod generate;
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -43,15 +42,14 @@ use clap::Parser;
 use icefeed::api::pages::{MORE_HEADER, NEXT_CURSOR_HEADER};
 use icefeed::delivery::opensearch::{OpenSearchClient, PushTarget, encode, split};
 use icefeed::delivery::push::item_for_event;
-use icefeed::demo::rewrite::{live_data_files, rewrite_with};
-use icefeed::demo::writer::AppendOptions;
+use icefeed::demo::rewrite::live_data_files;
 use icefeed::store::{SourceTable, Store, TableId};
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::cdc::{
-    Kind, Registered, apply, copy_table, plan_scattered, register_and_wait, scratch_dir,
+    Kind, Registered, commit_plan, copy_table, plan_scattered, register_and_wait, scratch_dir,
     wait_checkpoint,
 };
 use crate::database::{Database, node_settings};
@@ -281,18 +279,7 @@ async fn scenarios(
         println!("{scenario} ...");
         bench.set_paused(true).await?;
         let plan = plan_scattered(&live_data_files(&iceberg_table).await?, args.changed)?;
-        let (remove, batches) = apply(&iceberg_table, &plan, kind).await?;
-        let options = AppendOptions {
-            max_rows_per_file: Some(generate::DEFAULT_MAX_ROWS_PER_FILE),
-            snapshot_properties: HashMap::new(),
-        };
-        let op = if kind == Kind::Update {
-            "overwrite"
-        } else {
-            "delete"
-        };
-        iceberg_table =
-            rewrite_with(&catalog, &iceberg_table, &remove, &batches, op, &options).await?;
+        iceberg_table = commit_plan(&catalog, &iceberg_table, &plan, kind).await?.0;
         let snapshot = iceberg_table
             .metadata()
             .current_snapshot_id()

@@ -11,9 +11,11 @@ use arrow::array::{Array, AsArray, BooleanArray, Float64Array, RecordBatch};
 use arrow::compute::{concat_batches, filter_record_batch};
 use arrow::datatypes::Float64Type;
 use futures::{StreamExt, TryStreamExt};
+use iceberg::Catalog;
 use iceberg::spec::{DataFile, Literal, PrimitiveLiteral};
 use iceberg::table::Table;
-use icefeed::demo::rewrite::read_data_file;
+use icefeed::demo::rewrite::{read_data_file, rewrite_with};
+use icefeed::demo::writer::AppendOptions;
 use reqwest::StatusCode;
 use serde_json::Value;
 use sqlx::Connection;
@@ -108,6 +110,28 @@ pub fn plan_scattered(files: &[DataFile], changed: u64) -> anyhow::Result<Vec<Pl
     }
     anyhow::ensure!(taken == changed, "planned {taken} of {changed} rows");
     Ok(plan)
+}
+
+/// Commits `plan` as one copy-on-write snapshot (`overwrite` for updates, `delete` for
+/// deletes); the table after it, and the files it removed.
+pub async fn commit_plan(
+    catalog: &dyn Catalog,
+    table: &Table,
+    plan: &[Planned],
+    kind: Kind,
+) -> anyhow::Result<(Table, Vec<DataFile>)> {
+    let (remove, batches) = apply(table, plan, kind).await?;
+    let options = AppendOptions {
+        max_rows_per_file: Some(crate::generate::DEFAULT_MAX_ROWS_PER_FILE),
+        snapshot_properties: Default::default(),
+    };
+    let op = if kind == Kind::Update {
+        "overwrite"
+    } else {
+        "delete"
+    };
+    let after = rewrite_with(catalog, table, &remove, &batches, op, &options).await?;
+    Ok((after, remove))
 }
 
 /// Reads the planned files and returns them (to remove) with their new rows: chosen rows
