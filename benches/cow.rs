@@ -23,6 +23,9 @@ mod database;
 #[path = "load/generate.rs"]
 #[allow(dead_code)]
 mod generate;
+#[path = "load/harness.rs"]
+#[allow(dead_code)]
+mod harness;
 #[path = "load/scan.rs"]
 mod scan;
 
@@ -87,11 +90,7 @@ struct Outcome {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    if std::env::var_os("RUST_LOG").is_some() {
-        tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .init();
-    }
+    harness::init_logging();
     anyhow::ensure!(
         args.rows > 0 && args.changed > 0,
         "--rows and --changed must be positive"

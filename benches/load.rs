@@ -25,6 +25,8 @@ mod database;
 mod delivery;
 #[path = "load/generate.rs"]
 mod generate;
+#[path = "load/harness.rs"]
+mod harness;
 #[path = "load/scan.rs"]
 mod scan;
 #[path = "load/service.rs"]
@@ -97,11 +99,7 @@ impl Row {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    if std::env::var_os("RUST_LOG").is_some() {
-        tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .init();
-    }
+    harness::init_logging();
     anyhow::ensure!(args.rows > 0, "--rows must be positive");
     let dir = match &args.dir {
         Some(dir) => dir.clone(),

@@ -33,6 +33,8 @@ mod database;
 #[path = "load/generate.rs"]
 #[allow(dead_code)]
 mod generate;
+#[path = "load/harness.rs"]
+mod harness;
 
 use std::time::{Duration, Instant};
 
@@ -110,11 +112,7 @@ struct Bench {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    if std::env::var_os("RUST_LOG").is_some() {
-        tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .init();
-    }
+    harness::init_logging();
     anyhow::ensure!(
         args.rows > 0 && args.changed > 0 && args.batch > 0,
         "--rows, --changed and --batch must be positive"
@@ -386,14 +384,7 @@ impl Bench {
                 request = request.query(&[("after", cursor)]);
             }
             let response = request.send().await?.error_for_status()?;
-            let header = |name: &str| {
-                response
-                    .headers()
-                    .get(name)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_string)
-                    .with_context(|| format!("NDJSON page without {name}"))
-            };
+            let header = |name: &str| harness::page_header(&response, name, "NDJSON");
             let next = header(NEXT_CURSOR_HEADER)?;
             let more = header(MORE_HEADER)? == "true";
             let body = response.bytes().await?;

@@ -217,14 +217,7 @@ async fn pull(
             checking += parsing.elapsed();
             (page.events.len() as u64, page.next, page.more, body.len())
         } else {
-            let header = |name: &str| {
-                response
-                    .headers()
-                    .get(name)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_string)
-                    .with_context(|| format!("{} page without {name}", wire.name()))
-            };
+            let header = |name: &str| crate::harness::page_header(&response, name, wire.name());
             let next = header(NEXT_CURSOR_HEADER)?;
             let more = header(MORE_HEADER)? == "true";
             let announced: u64 = header(COUNT_HEADER)?.parse()?;
