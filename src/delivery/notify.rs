@@ -6,6 +6,9 @@
 //! marks the current generation as seen: a caller that subscribes, then reads the feed,
 //! then waits, is woken by any publish after its subscription — none slips between the
 //! read and the wait.
+//!
+//! The same connection hears subscriptions being announced (created, resumed, rewound,
+//! given up by a stopping node), which wakes the push claim loops.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -19,7 +22,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::store::{CHANGES_CHANNEL, TableId};
+use crate::store::{CHANGES_CHANNEL, SUBSCRIPTIONS_CHANNEL, TableId};
 
 /// First and longest pause before reconnecting the listener.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
@@ -32,6 +35,8 @@ pub struct ChangeNotifier {
 
 struct Inner {
     tables: Mutex<HashMap<TableId, watch::Sender<u64>>>,
+    /// Counts subscription announcements.
+    subscriptions: watch::Sender<u64>,
     stop: CancellationToken,
 }
 
@@ -46,6 +51,7 @@ impl ChangeNotifier {
         Self {
             inner: Arc::new(Inner {
                 tables: Mutex::default(),
+                subscriptions: watch::channel(0).0,
                 stop,
             }),
         }
@@ -86,6 +92,20 @@ impl ChangeNotifier {
         for sender in map.values() {
             sender.send_modify(|generation| *generation += 1);
         }
+        self.announce();
+    }
+
+    /// A receiver that changes whenever a subscription is announced on any node; what it
+    /// has seen starts at now.
+    pub fn announcements(&self) -> watch::Receiver<u64> {
+        self.inner.subscriptions.subscribe()
+    }
+
+    /// Wakes the receivers of [`announcements`](Self::announcements).
+    fn announce(&self) {
+        self.inner
+            .subscriptions
+            .send_modify(|generation| *generation += 1);
     }
 
     /// Calls `fetch` until `is_empty` says it found something or `wait` has passed, waking
@@ -117,7 +137,7 @@ impl ChangeNotifier {
         }
     }
 
-    /// Listens on [`CHANGES_CHANNEL`] with one connection of `pool` until the node stops,
+    /// Listens on [`CHANGES_CHANNEL`] and [`SUBSCRIPTIONS_CHANNEL`] with one connection of `pool` until the node stops,
     /// reconnecting with backoff whenever the connection is lost.
     pub async fn run(self, pool: PgPool) {
         let stop = self.inner.stop.clone();
@@ -155,6 +175,9 @@ impl ChangeNotifier {
     async fn forward(&self, mut listener: PgListener) -> String {
         loop {
             match listener.try_recv().await {
+                Ok(Some(notification)) if notification.channel() == SUBSCRIPTIONS_CHANNEL => {
+                    self.announce()
+                }
                 Ok(Some(notification)) => match Uuid::parse_str(notification.payload()) {
                     Ok(table) => self.notify(TableId(table)),
                     Err(_) => {
@@ -174,7 +197,9 @@ async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
     let mut listener = PgListener::connect_with(pool).await?;
     // `run` builds a fresh listener after a loss; this one must not reconnect first.
     listener.eager_reconnect(false);
-    listener.listen(CHANGES_CHANNEL).await?;
+    listener
+        .listen_all([CHANGES_CHANNEL, SUBSCRIPTIONS_CHANNEL])
+        .await?;
     Ok(listener)
 }
 
@@ -244,6 +269,20 @@ mod tests {
         let mut both = notifier.subscribe_all([a, b]);
         notifier.notify(b);
         assert!(woken(&mut both).await);
+    }
+
+    #[tokio::test]
+    async fn publishes_do_not_announce_subscriptions_but_a_reconnect_does() {
+        let notifier = ChangeNotifier::new(CancellationToken::new());
+        let mut announcements = notifier.announcements();
+        notifier.notify(TableId::new());
+        assert!(!announcements.has_changed().unwrap());
+        notifier.announce();
+        assert!(announcements.has_changed().unwrap());
+        announcements.borrow_and_update();
+        // After a reconnect, announcements may have been missed too.
+        notifier.notify_all();
+        assert!(announcements.has_changed().unwrap());
     }
 
     #[tokio::test]

@@ -18,7 +18,8 @@ pub use leases::Lease;
 pub use push::{DeadLetter, NewDeadLetter, PushCommit, PushRecord};
 pub use retention::{Floor, Pruned, Retention};
 pub use subscriptions::{
-    FeedLag, Lag, NewSubscription, SubscribedTable, Subscription, SubscriptionState,
+    FeedLag, Lag, NewSubscription, SUBSCRIPTIONS_CHANNEL, SubscribedTable, Subscription,
+    SubscriptionState,
 };
 pub use tables::{NewSourceTable, PollOutcome, SourceTable, TableId, TableState, display_name};
 pub use tasks::{ClaimedTask, TaskStatus};

@@ -105,6 +105,13 @@ impl Store {
         .await?)
     }
 
+    /// Releases the lease of push subscription `id` and announces it, so that another node
+    /// (when this one stops) or this one (when it was resumed meanwhile) claims it at once.
+    pub async fn release_push_lease(&self, lease: &Lease, id: Uuid) -> Result<(), StoreError> {
+        self.release_lease(lease).await?;
+        super::subscriptions::announce_subscription(&self.pool, id).await
+    }
+
     /// Records a settled batch and moves the committed positions from `expected` to
     /// `next`, if `lease` is still held and nobody moved them meanwhile (a rewind).
     /// Returns false, writing nothing, when they were moved.

@@ -7,6 +7,10 @@ use uuid::Uuid;
 use super::{CHANGES_CHANNEL, SourceTable, Store, StoreError, TableId};
 use crate::changes::Position;
 
+/// The channel on which a subscription's id is announced when it may want a push worker:
+/// created, paused or resumed, rewound, deleted, or given up by a stopping node.
+pub const SUBSCRIPTIONS_CHANNEL: &str = "icefeed_subscriptions";
+
 /// Whether a subscription delivers.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, sqlx::Type, utoipa::ToSchema,
@@ -178,6 +182,7 @@ impl Store {
                 .bind(target)
                 .execute(&mut *tx)
                 .await?;
+            announce_subscription(&mut *tx, s.id).await?;
         }
         tx.commit().await?;
         Ok(subscription)
@@ -455,7 +460,8 @@ impl Store {
 }
 
 /// Wakes whoever waits on the tables of subscription `id` when the transaction commits,
-/// so that a push worker idle on them sees a pause, resume, rewind or deletion at once.
+/// so that a push worker idle on them sees a pause, resume, rewind or deletion at once,
+/// and announces it to every node's push claim loop.
 pub(super) async fn wake_subscription(
     tx: &mut sqlx::PgConnection,
     id: Uuid,
@@ -465,7 +471,21 @@ pub(super) async fn wake_subscription(
     )
     .bind(CHANGES_CHANNEL)
     .bind(id)
-    .execute(tx)
+    .execute(&mut *tx)
     .await?;
+    announce_subscription(tx, id).await
+}
+
+/// Tells every node's push claim loop (at commit, inside a transaction) that subscription
+/// `id` may want a worker now, so that it is claimed at once rather than on the next round.
+pub(super) async fn announce_subscription(
+    executor: impl sqlx::PgExecutor<'_>,
+    id: Uuid,
+) -> Result<(), StoreError> {
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(SUBSCRIPTIONS_CHANNEL)
+        .bind(id.to_string())
+        .execute(executor)
+        .await?;
     Ok(())
 }

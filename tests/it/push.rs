@@ -625,6 +625,49 @@ async fn a_rewind_reproduces_the_same_end_state() {
     node.shutdown().await;
 }
 
+/// With claim rounds an hour apart, subscriptions are still claimed at once when they are
+/// created or resumed, and a node that stops hands its subscription to another at once.
+#[tokio::test]
+async fn announced_subscriptions_are_claimed_at_once_and_handed_over_on_shutdown() {
+    let wh = Warehouse::new().await;
+    let mut model = Model::default();
+    let t = history(&wh, &mut model).await;
+    let (database, dir) = (fresh_database().await, tempfile::tempdir().unwrap());
+    let start = || async {
+        let mut settings = test_settings(&database, dir.path());
+        push_settings(&mut settings);
+        settings.push.claim_interval = Duration::from_secs(3600);
+        Node::start(settings).await
+    };
+    let first = start().await;
+    let index = unique_index("announced");
+    let sub = push_subscription(&first, &wh, target(&opensearch_url(), &index, json!({}))).await;
+    caught_up(&first, &sub, &t).await;
+
+    let path = format!("/v1/subscriptions/{sub}");
+    assert_eq!(first.patch(&path, &json!({"paused": true})).await.0, 200);
+    wait_until(Duration::from_secs(10), || async {
+        let (_, s) = first.get(&path).await;
+        s["push"]["node"].is_null().then_some(())
+    })
+    .await;
+    let t = model.append(&wh, &t, &[Model::row(101, "eu", 1)]).await;
+    assert_eq!(first.patch(&path, &json!({"paused": false})).await.0, 200);
+    caught_up(&first, &sub, &t).await;
+    assert_index_equals(&documents(&index).await, &model);
+
+    let second = start().await;
+    let (_, s) = second.get(&path).await;
+    let pushed_by = s["push"]["node"].clone();
+    assert!(pushed_by.is_string(), "{s}");
+    first.shutdown().await;
+    let t = model.append(&wh, &t, &[Model::row(102, "us", 2)]).await;
+    let s = caught_up(&second, &sub, &t).await;
+    assert_ne!(s["push"]["node"], pushed_by, "{s}");
+    assert_index_equals(&documents(&index).await, &model);
+    second.shutdown().await;
+}
+
 #[tokio::test]
 async fn push_subscriptions_are_checked_with_stable_codes() {
     let wh = Warehouse::new().await;

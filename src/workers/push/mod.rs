@@ -81,8 +81,11 @@ impl PushWorker {
     }
 
     /// Claims and pushes until `stop` is cancelled; leases are released on the way out.
+    /// Claims every `claim_interval` (for leases of dead nodes running out) and whenever a
+    /// subscription is announced (created, resumed, rewound, given up by a stopping node).
     pub async fn run(self, stop: CancellationToken) {
         let reported: Arc<Mutex<Reported>> = Arc::default();
+        let mut announced = self.notifier.announcements();
         let mut tasks = tokio::task::JoinSet::new();
         loop {
             match self.claim(&reported).await {
@@ -115,6 +118,7 @@ impl PushWorker {
             tokio::select! {
                 _ = stop.cancelled() => break,
                 _ = tokio::time::sleep(self.settings.claim_interval.mul_f64(jitter)) => {}
+                Ok(()) = announced.changed() => {}
             }
         }
         tasks.join_all().await;
@@ -270,7 +274,11 @@ impl PushWorker {
                 _ = tokio::time::sleep(wait) => {}
             }
         };
-        if let Err(e) = self.store().release_lease(&pusher.lease).await {
+        if let Err(e) = self
+            .store()
+            .release_push_lease(&pusher.lease, pusher.id)
+            .await
+        {
             tracing::warn!(subscription = %pusher.name, error = %e, "releasing the lease failed");
         }
         tracing::info!(subscription = %pusher.name, "stopped pushing subscription");
