@@ -61,7 +61,7 @@ const DEFAULT_OPENSEARCH_URL: &str = "http://127.0.0.1:9200";
 const PAGE_LIMIT: u64 = 10_000;
 /// Events the bare loader makes into bodies at a time (untimed), bounding its memory.
 const BARE_CHUNK: u64 = 100_000;
-const LAG_POLL: Duration = Duration::from_millis(20);
+const LAG_POLL: Duration = Duration::from_millis(100);
 /// The subscription fails the benchmark when it settles no document for this long.
 const STALL_TIMEOUT: Duration = Duration::from_secs(300);
 
