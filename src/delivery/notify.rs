@@ -137,8 +137,8 @@ impl ChangeNotifier {
         }
     }
 
-    /// Listens on [`CHANGES_CHANNEL`] and [`SUBSCRIPTIONS_CHANNEL`] with one connection of `pool` until the node stops,
-    /// reconnecting with backoff whenever the connection is lost.
+    /// Listens on [`CHANGES_CHANNEL`] and [`SUBSCRIPTIONS_CHANNEL`] with one connection of
+    /// `pool` until the node stops, reconnecting with backoff whenever the connection is lost.
     pub async fn run(self, pool: PgPool) {
         let stop = self.inner.stop.clone();
         let mut backoff = BACKOFF.0;

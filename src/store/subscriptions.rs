@@ -476,7 +476,7 @@ pub(super) async fn wake_subscription(
     announce_subscription(tx, id).await
 }
 
-/// Tells every node's push claim loop (at commit, inside a transaction) that subscription
+/// Tells every node's push claim loop (at commit, if inside a transaction) that subscription
 /// `id` may want a worker now, so that it is claimed at once rather than on the next round.
 pub(super) async fn announce_subscription(
     executor: impl sqlx::PgExecutor<'_>,
