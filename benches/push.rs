@@ -19,7 +19,8 @@
 //! 4. CDC: per scenario (copy-on-write update, then delete, of `--changed` scattered
 //!    rows) pauses the subscription, commits one snapshot, waits until it is published,
 //!    then times the resumed subscription until its lag is zero, then the bare loader;
-//! 5. checks both indices hold the table's rows, prints docs/s of both and the ratio.
+//! 5. checks both indices hold the table's rows, prints docs/s of both and the ratio, and
+//!    deletes both indices (also when a step failed).
 //!
 //! icefeed always goes first, so any warm-up left favours the bare loader.
 //! PostgreSQL: `ICEFEED_BENCH_DATABASE_URL`; OpenSearch: `ICEFEED_BENCH_OPENSEARCH_URL`
@@ -235,75 +236,81 @@ async fn scenarios(
         icefeed_index: icefeed_index.clone(),
         cursor: None,
     };
-    if args.warm_up > 0 {
-        bench.warm_up(&target, args.warm_up).await?;
-    }
-    let response = bench
-        .http
-        .post(format!("{base}/v1/subscriptions"))
-        .json(
-            &json!({"name": "bench-push", "tables": [id], "kind": "opensearch",
-                      "target": target(&icefeed_index)}),
-        )
-        .send()
-        .await?;
-    let started = Instant::now();
-    let status = response.status();
-    let body: Value = response.json().await?;
-    anyhow::ensure!(
-        status.is_success(),
-        "subscription answered {status}: {body}"
-    );
-    bench.subscription = body["id"].as_str().context("subscription id")?.to_string();
-
-    // 3. Initial load.
-    let mut outcomes = Vec::new();
-    let icefeed = bench.wait_caught_up(started).await?;
-    let (documents, bare) = bench.bare_load(None).await?;
-    outcomes.push(Outcome {
-        scenario: "initial load (insert)".into(),
-        documents,
-        icefeed,
-        bare,
-        load: load_average(),
-    });
-    bench.check_counts(args.rows).await?;
-
-    // 4. CDC.
-    let mut rows = args.rows;
-    for kind in [Kind::Update, Kind::Delete] {
-        let scenario = format!("{} {} scattered", kind.op(), args.changed);
-        println!("{scenario} ...");
-        bench.set_paused(true).await?;
-        let plan = plan_scattered(&live_data_files(&iceberg_table).await?, args.changed)?;
-        iceberg_table = commit_plan(&catalog, &iceberg_table, &plan, kind).await?.0;
-        let snapshot = iceberg_table
-            .metadata()
-            .current_snapshot_id()
-            .context("no snapshot")?;
-        wait_checkpoint(&bench.http, base, &id, snapshot).await?;
+    let measured = async {
+        if args.warm_up > 0 {
+            bench.warm_up(&target, args.warm_up).await?;
+        }
+        let response = bench
+            .http
+            .post(format!("{base}/v1/subscriptions"))
+            .json(
+                &json!({"name": "bench-push", "tables": [id], "kind": "opensearch",
+                          "target": target(&icefeed_index)}),
+            )
+            .send()
+            .await?;
         let started = Instant::now();
-        bench.set_paused(false).await?;
+        let status = response.status();
+        let body: Value = response.json().await?;
+        anyhow::ensure!(
+            status.is_success(),
+            "subscription answered {status}: {body}"
+        );
+        bench.subscription = body["id"].as_str().context("subscription id")?.to_string();
+
+        // 3. Initial load.
+        let mut outcomes = Vec::new();
         let icefeed = bench.wait_caught_up(started).await?;
         let (documents, bare) = bench.bare_load(None).await?;
-        anyhow::ensure!(
-            documents == args.changed,
-            "{scenario}: {documents} events, expected {}",
-            args.changed
-        );
-        if kind == Kind::Delete {
-            rows -= args.changed;
-        }
-        bench.check_counts(rows).await?;
         outcomes.push(Outcome {
-            scenario,
+            scenario: "initial load (insert)".into(),
             documents,
             icefeed,
             bare,
             load: load_average(),
         });
+        bench.check_counts(args.rows).await?;
+
+        // 4. CDC.
+        let mut rows = args.rows;
+        for kind in [Kind::Update, Kind::Delete] {
+            let scenario = format!("{} {} scattered", kind.op(), args.changed);
+            println!("{scenario} ...");
+            bench.set_paused(true).await?;
+            let plan = plan_scattered(&live_data_files(&iceberg_table).await?, args.changed)?;
+            iceberg_table = commit_plan(&catalog, &iceberg_table, &plan, kind).await?.0;
+            let snapshot = iceberg_table
+                .metadata()
+                .current_snapshot_id()
+                .context("no snapshot")?;
+            wait_checkpoint(&bench.http, base, &id, snapshot).await?;
+            let started = Instant::now();
+            bench.set_paused(false).await?;
+            let icefeed = bench.wait_caught_up(started).await?;
+            let (documents, bare) = bench.bare_load(None).await?;
+            anyhow::ensure!(
+                documents == args.changed,
+                "{scenario}: {documents} events, expected {}",
+                args.changed
+            );
+            if kind == Kind::Delete {
+                rows -= args.changed;
+            }
+            bench.check_counts(rows).await?;
+            outcomes.push(Outcome {
+                scenario,
+                documents,
+                icefeed,
+                bare,
+                load: load_average(),
+            });
+        }
+        Ok(outcomes)
     }
-    Ok(outcomes)
+    .await;
+    // 41M documents take ~11 GB: the indices go whether or not the run succeeded.
+    bench.delete_indices().await;
+    measured
 }
 
 impl Bench {
@@ -497,6 +504,18 @@ impl Bench {
             .await?
             .error_for_status()?;
         Ok(())
+    }
+
+    /// Deletes both measured indices; a failure is only reported.
+    async fn delete_indices(&self) {
+        let url = format!(
+            "{}/{},{}?ignore_unavailable=true",
+            self.opensearch, self.icefeed_index, self.bare_index
+        );
+        let deleted = self.http.delete(url).send().await;
+        if let Err(e) = deleted.and_then(|r| r.error_for_status()) {
+            eprintln!("could not delete the benchmark's indices: {e}");
+        }
     }
 
     /// Both indices hold `rows` documents.
