@@ -137,11 +137,14 @@ case $status in
 esac
 rm -f "$response"
 
-# The table's id, for the URLs below.
-table_id=$(curl -fsS "$BASE/v1/tables" | python3 -c '
-import json, sys
+# The table's id, for the URLs below: the one in this directory's catalog (a quickstart
+# run from another clone registers its own demo.trips in the same database).
+table_id=$(curl -fsS "$BASE/v1/tables" | REGISTRATION="$registration" python3 -c '
+import json, os, sys
+mine = json.loads(os.environ["REGISTRATION"])["catalog"]["uri"]
 tables = json.load(sys.stdin)["tables"]
-print(next(t["id"] for t in tables if t["table"] == "demo.trips"))
+print(next(t["id"] for t in tables
+           if t["table"] == "demo.trips" and t["catalog"].get("uri") == mine))
 ')
 TABLE_URL="$BASE/v1/tables/$table_id"
 
