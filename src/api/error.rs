@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use crate::catalog::CatalogError;
-use crate::changes::CursorError;
+use crate::changes::{ChangeStoreError, CursorError};
 use crate::delivery::FeedError;
 use crate::store::StoreError;
 
@@ -164,6 +164,22 @@ impl From<CursorError> for ApiError {
 
 impl From<FeedError> for ApiError {
     fn from(e: FeedError) -> Self {
-        Self::internal(&e)
+        match e {
+            FeedError::Segment(ChangeStoreError::Missing(key)) => {
+                let detail = format!(
+                    "segment {key} of a published change set is missing from the change \
+                     store (removed outside icefeed); restore it there, or delete and \
+                     re-register the table to rebuild its feed"
+                );
+                tracing::error!(segment = %key, "{detail}");
+                Self::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "change_data_missing",
+                    detail,
+                )
+                .with("segment", key)
+            }
+            other => Self::internal(&other),
+        }
     }
 }

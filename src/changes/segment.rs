@@ -8,6 +8,7 @@ use arrow::array::{ArrayRef, RecordBatch, new_null_array};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Field, Schema as ArrowSchema, SchemaRef};
 use futures::TryStreamExt;
+use object_store::ObjectStoreExt;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, RowSelection, RowSelector,
 };
@@ -69,6 +70,29 @@ impl SegmentReader {
     /// Rows `offset .. offset + count` of segment `key` as batches under `schema`, or as
     /// written when `schema` is `None` (segments icefeed wrote itself).
     pub async fn read(
+        &self,
+        key: &str,
+        size: u64,
+        schema: Option<&ReadSchema>,
+        offset: usize,
+        count: usize,
+    ) -> Result<Vec<RecordBatch>, ChangeStoreError> {
+        match self.read_rows(key, size, schema, offset, count).await {
+            // Parquet wraps the store's errors in its own: ask the store what happened.
+            Err(_) if self.is_missing(key).await => Err(ChangeStoreError::Missing(key.into())),
+            read => read,
+        }
+    }
+
+    async fn is_missing(&self, key: &str) -> bool {
+        let (objects, path) = self.store.object(key);
+        matches!(
+            objects.head(&path).await,
+            Err(object_store::Error::NotFound { .. })
+        )
+    }
+
+    async fn read_rows(
         &self,
         key: &str,
         size: u64,

@@ -34,6 +34,10 @@ pub enum ChangeStoreError {
     /// A Parquet file is not what its metadata promised.
     #[error("{0}")]
     Corrupt(String),
+    /// A segment of a published change set is gone from the store: removed behind
+    /// icefeed's back, since icefeed deletes segments only with their index entries.
+    #[error("segment {0} of a published change set is missing from the change store")]
+    Missing(String),
     /// Conforming Arrow data failed.
     #[error("arrow: {0}")]
     Arrow(#[from] arrow::error::ArrowError),

@@ -372,3 +372,56 @@ async fn catalog_secrets_are_never_echoed() {
     }
     node.shutdown().await;
 }
+
+/// A change set whose segment was removed from the change store behind icefeed's back
+/// answers a problem naming the segment, whether or not its footer was cached; once the
+/// file is back, the feed reads on from where it was.
+#[tokio::test]
+async fn missing_change_data_is_named_and_recovers_when_restored() {
+    let wh = Warehouse::new().await;
+    let t = wh.create("shop.orders", orders_schema(), None).await;
+    let t = wh.append(&t, &[orders(1..=2)]).await;
+    let (node, store) = Node::start_fresh().await;
+    let id = node
+        .register(&wh.registration("shop.orders", json!({})))
+        .await;
+    node.wait_for_checkpoint(&id, head(&t)).await;
+    let files = store.path().join("tables").join(&id);
+    let moved = store.path().join("moved-away");
+    let page = |after: Option<&str>| {
+        let mut path = format!("/v1/tables/{id}/changes?limit=1");
+        if let Some(after) = after {
+            path.push_str(&format!("&after={after}"));
+        }
+        node.http.get(node.url(&path)).send()
+    };
+    let missing = |problem: Value| {
+        let segment = problem["segment"].as_str().unwrap().to_string();
+        assert!(
+            segment.starts_with(&format!("tables/{id}/snapshots/{}/", head(&t))),
+            "{problem}"
+        );
+        assert!(problem["detail"].as_str().unwrap().contains(&segment));
+    };
+
+    // Never read: the footer is fetched now.
+    std::fs::rename(&files, &moved).unwrap();
+    missing(expect_problem(page(None).await.unwrap(), 500, "change_data_missing").await);
+    std::fs::rename(&moved, &files).unwrap();
+    let r = page(None).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let first: Value = r.json().await.unwrap();
+    assert_eq!(first["events"][0]["after"]["id"], 1, "{first}");
+    let next = first["next"].as_str().unwrap().to_string();
+
+    // Read before: the footer is cached, the data pages are not there.
+    std::fs::rename(&files, &moved).unwrap();
+    missing(expect_problem(page(Some(&next)).await.unwrap(), 500, "change_data_missing").await);
+    std::fs::rename(&moved, &files).unwrap();
+    let (status, second) = node
+        .get(&format!("/v1/tables/{id}/changes?limit=1&after={next}"))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(second["events"][0]["after"]["id"], 2, "{second}");
+    node.shutdown().await;
+}
