@@ -10,14 +10,17 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
+use uuid::Uuid;
 
 use super::Pusher;
 use crate::changes::Position;
-use crate::delivery::opensearch::{BulkAction, BulkItem, ItemOutcome, SendError};
+use crate::delivery::opensearch::{BulkAction, BulkItem, ItemOutcome, PushTarget, SendError};
 use crate::delivery::push::{ItemError, UNRENDERABLE, item_for_event, send_items};
-use crate::delivery::{FeedError, Framing, JsonSink, OpSet, Positions, Selection};
+use crate::delivery::{Feed, FeedError, Framing, JsonSink, OpSet, Positions, Selection};
 use crate::store::{
-    Lag, NewDeadLetter, PushCommit, StoreError, Subscription, SubscriptionState, TableId,
+    Lag, NewDeadLetter, PushCommit, SourceTable, StoreError, Subscription, SubscriptionState,
+    TableId,
 };
 
 /// What a batch came to.
@@ -85,7 +88,7 @@ impl Pusher {
             None => {
                 let slots = self.feed.store().subscribed_tables(self.id).await?;
                 let from = slots.iter().map(|s| s.committed).collect();
-                self.read(&subscription, from).await?
+                self.reader().read(&subscription, from).await?
             }
         };
         if batch.lines.is_empty() {
@@ -101,10 +104,19 @@ impl Pusher {
                 false => Step::Idle,
             });
         }
+        // On a task of its own: rendering the next batch takes milliseconds of CPU
+        // between awaits, which in this task would hold back handling the answer to the
+        // batch in flight.
+        let read_ahead = batch.more.then(|| {
+            let (reader, from) = (self.reader(), batch.next.clone());
+            AbortOnDropHandle::new(tokio::spawn(async move {
+                reader.read(&subscription, from).await.ok()
+            }))
+        });
         let read_ahead = async {
-            match batch.more {
-                true => self.read(&subscription, batch.next.clone()).await.ok(),
-                false => None,
+            match read_ahead {
+                Some(task) => task.await.ok().flatten(),
+                None => None,
             }
         };
         let (pushed, ahead) = tokio::join!(self.push(&batch, cancel), read_ahead);
@@ -148,72 +160,13 @@ impl Pusher {
         }
     }
 
-    /// Reads the batch after `from` and makes its events into bulk items.
-    async fn read(
-        &self,
-        subscription: &Subscription,
-        from: Vec<Position>,
-    ) -> Result<Batch, BatchError> {
-        let started = Instant::now();
-        let store = self.feed.store();
-        for (table, position) in self.tables.iter().zip(&from) {
-            if store.floor(table.id).await?.is_gone(*position) {
-                return Err(BatchError::Fatal(format!(
-                    "retention removed change sets of {} this subscription had not pushed; \
-                     rewind it to the earliest retained position",
-                    table.table_name
-                )));
-            }
+    fn reader(&self) -> BatchReader {
+        BatchReader {
+            feed: self.feed.clone(),
+            id: self.id,
+            tables: self.tables.clone(),
+            target: self.target.clone(),
         }
-        let selection = Selection {
-            ops: OpSet::from_names(&subscription.ops)
-                .map_err(|e| BatchError::Fatal(e.to_string()))?,
-            columns: subscription.columns.clone(),
-        };
-        let ids: Vec<TableId> = self.tables.iter().map(|t| t.id).collect();
-        let positions = Positions::new(self.id, ids, from.clone());
-        let cursor = |t: TableId, p: Position| positions.cursor(t, p);
-        let limit = self.target.config.batch.max_documents;
-        let options = Default::default();
-        let mut sink = JsonSink::new(Framing::Ndjson, &options, &cursor, limit);
-        let end = self
-            .feed
-            .read_subscription(&self.tables, &positions, limit, &selection, &mut sink)
-            .await?;
-        let mut next = Vec::with_capacity(end.next.len());
-        for (table, p) in self.tables.iter().zip(&end.next) {
-            next.push(store.canonical_position(table.id, *p).await?.unwrap_or(*p));
-        }
-        let body = sink.into_body();
-        let mut batch = Batch {
-            from,
-            next,
-            more: end.more,
-            lines: line_ranges(&body),
-            body: Vec::new(),
-            items: Vec::new(),
-            origin: Vec::new(),
-            unrenderable: Vec::new(),
-            read_time: Duration::ZERO,
-        };
-        for (i, range) in batch.lines.iter().enumerate() {
-            let line = &body[range.clone()];
-            match item_for_event(line, &self.target, &self.tables) {
-                Ok(item) => {
-                    batch.items.push(item);
-                    batch.origin.push(i);
-                }
-                Err(ItemError::Render(e)) => {
-                    batch
-                        .unrenderable
-                        .push(dead_letter(line, None, UNRENDERABLE, &e.to_string()))
-                }
-                Err(e) => return Err(BatchError::Fatal(e.to_string())),
-            }
-        }
-        batch.body = body;
-        batch.read_time = started.elapsed();
-        Ok(batch)
     }
 
     /// Sends `batch` and commits it; false when the stored position had moved.
@@ -299,6 +252,85 @@ impl Pusher {
         ] {
             metrics::counter!(name, &label).increment(value as u64);
         }
+    }
+}
+
+/// What reading a batch takes, owned, so that the next batch can be read on a task of
+/// its own while the current one is in flight.
+struct BatchReader {
+    feed: Feed,
+    id: Uuid,
+    tables: Vec<SourceTable>,
+    target: PushTarget,
+}
+
+impl BatchReader {
+    /// Reads the batch after `from` and makes its events into bulk items.
+    async fn read(
+        &self,
+        subscription: &Subscription,
+        from: Vec<Position>,
+    ) -> Result<Batch, BatchError> {
+        let started = Instant::now();
+        let store = self.feed.store();
+        for (table, position) in self.tables.iter().zip(&from) {
+            if store.floor(table.id).await?.is_gone(*position) {
+                return Err(BatchError::Fatal(format!(
+                    "retention removed change sets of {} this subscription had not pushed; \
+                     rewind it to the earliest retained position",
+                    table.table_name
+                )));
+            }
+        }
+        let selection = Selection {
+            ops: OpSet::from_names(&subscription.ops)
+                .map_err(|e| BatchError::Fatal(e.to_string()))?,
+            columns: subscription.columns.clone(),
+        };
+        let ids: Vec<TableId> = self.tables.iter().map(|t| t.id).collect();
+        let positions = Positions::new(self.id, ids, from.clone());
+        let cursor = |t: TableId, p: Position| positions.cursor(t, p);
+        let limit = self.target.config.batch.max_documents;
+        let options = Default::default();
+        let mut sink = JsonSink::new(Framing::Ndjson, &options, &cursor, limit);
+        let end = self
+            .feed
+            .read_subscription(&self.tables, &positions, limit, &selection, &mut sink)
+            .await?;
+        let mut next = Vec::with_capacity(end.next.len());
+        for (table, p) in self.tables.iter().zip(&end.next) {
+            next.push(store.canonical_position(table.id, *p).await?.unwrap_or(*p));
+        }
+        let body = sink.into_body();
+        let mut batch = Batch {
+            from,
+            next,
+            more: end.more,
+            lines: line_ranges(&body),
+            body: Vec::new(),
+            items: Vec::new(),
+            origin: Vec::new(),
+            unrenderable: Vec::new(),
+            read_time: Duration::ZERO,
+        };
+        for (i, range) in batch.lines.iter().enumerate() {
+            let line = &body[range.clone()];
+            match item_for_event(line, &self.target, &self.tables) {
+                Ok(item) => {
+                    batch.items.push(item);
+                    batch.origin.push(i);
+                }
+                Err(ItemError::Render(e)) => {
+                    batch
+                        .unrenderable
+                        .push(dead_letter(line, None, UNRENDERABLE, &e.to_string()))
+                }
+                Err(e) => return Err(BatchError::Fatal(e.to_string())),
+            }
+        }
+        batch.body = body;
+        batch.read_time = started.elapsed();
+        Ok(batch)
     }
 }
 
