@@ -19,8 +19,8 @@ use crate::delivery::opensearch::{BulkAction, BulkItem, ItemOutcome, PushTarget,
 use crate::delivery::push::{ItemError, UNRENDERABLE, item_for_event, send_items};
 use crate::delivery::{Feed, FeedError, Framing, JsonSink, OpSet, Positions, Selection};
 use crate::store::{
-    Lag, NewDeadLetter, PushCommit, SourceTable, StoreError, Subscription, SubscriptionState,
-    TableId,
+    Lag, NewDeadLetter, PushCommit, SourceTable, Store, StoreError, Subscription,
+    SubscriptionState, TableId,
 };
 
 /// What a batch came to.
@@ -76,6 +76,10 @@ impl Batch {
 }
 
 impl Pusher {
+    fn store(&self) -> &Store {
+        self.reader.feed.store()
+    }
+
     /// Pushes one batch, reading the next one while it is in flight.
     pub async fn run_once(&mut self, cancel: &CancellationToken) -> Result<Step, BatchError> {
         let ahead = self.ahead.take();
@@ -86,9 +90,9 @@ impl Pusher {
         let batch = match ahead {
             Some(batch) => batch,
             None => {
-                let slots = self.feed.store().subscribed_tables(self.id).await?;
+                let slots = self.store().subscribed_tables(self.reader.id).await?;
                 let from = slots.iter().map(|s| s.committed).collect();
-                self.reader().read(&subscription, from).await?
+                self.reader.read(&subscription, from).await?
             }
         };
         if batch.lines.is_empty() {
@@ -108,7 +112,7 @@ impl Pusher {
         // between awaits, which in this task would hold back handling the answer to the
         // batch in flight.
         let read_ahead = batch.more.then(|| {
-            let (reader, from) = (self.reader(), batch.next.clone());
+            let (reader, from) = (self.reader.clone(), batch.next.clone());
             AbortOnDropHandle::new(tokio::spawn(async move {
                 reader.read(&subscription, from).await.ok()
             }))
@@ -141,9 +145,8 @@ impl Pusher {
     /// The subscription if it still wants pushing, else the step that stops the worker.
     async fn wanted(&self) -> Result<Result<Subscription, Step>, StoreError> {
         match self
-            .feed
             .store()
-            .find_subscription(&self.id.to_string())
+            .find_subscription(&self.reader.id.to_string())
             .await
         {
             Ok(s)
@@ -160,21 +163,12 @@ impl Pusher {
         }
     }
 
-    fn reader(&self) -> BatchReader {
-        BatchReader {
-            feed: self.feed.clone(),
-            id: self.id,
-            tables: self.tables.clone(),
-            target: self.target.clone(),
-        }
-    }
-
     /// Sends `batch` and commits it; false when the stored position had moved.
     async fn push(&self, batch: &Batch, cancel: &CancellationToken) -> Result<bool, BatchError> {
         let started = Instant::now();
         let outcomes = send_items(
             &self.client,
-            &self.target,
+            &self.reader.target,
             &batch.items,
             &self.policy,
             cancel,
@@ -222,17 +216,22 @@ impl Pusher {
     }
 
     async fn commit(&self, batch: &Batch, commit: &PushCommit) -> Result<bool, StoreError> {
-        self.feed
-            .store()
-            .commit_push(&self.lease, self.id, &batch.from, &batch.next, commit)
+        self.store()
+            .commit_push(
+                &self.lease,
+                self.reader.id,
+                &batch.from,
+                &batch.next,
+                commit,
+            )
             .await
     }
 
     /// How far the subscription is behind on all its tables, as the store has it now.
     pub async fn lag(&self) -> Result<Lag, StoreError> {
-        let store = self.feed.store();
+        let store = self.store();
         let mut total = Lag::default();
-        for slot in store.subscribed_tables(self.id).await? {
+        for slot in store.subscribed_tables(self.reader.id).await? {
             let table = store.get_table(slot.table_id).await?;
             total.add(&store.subscription_lag(&table, slot.committed).await?.1);
         }
@@ -255,13 +254,14 @@ impl Pusher {
     }
 }
 
-/// What reading a batch takes, owned, so that the next batch can be read on a task of
-/// its own while the current one is in flight.
-struct BatchReader {
-    feed: Feed,
-    id: Uuid,
-    tables: Vec<SourceTable>,
-    target: PushTarget,
+/// A push subscription as its batches are read: shared, so that the next batch can be
+/// read on a task of its own while the current one is in flight.
+pub struct BatchReader {
+    pub feed: Feed,
+    /// The subscription's id.
+    pub id: Uuid,
+    pub tables: Vec<SourceTable>,
+    pub target: PushTarget,
 }
 
 impl BatchReader {

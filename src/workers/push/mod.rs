@@ -18,8 +18,8 @@ use super::Heartbeat;
 use crate::config::PushSettings;
 use crate::delivery::opensearch::{OpenSearchClient, PushTarget, RetryPolicy, SendError};
 use crate::delivery::{ChangeNotifier, Feed};
-use crate::store::{Lease, SourceTable, Store, StoreError, SubscriptionState};
-pub use batch::{Batch, BatchError, Step};
+use crate::store::{Lease, Store, StoreError, SubscriptionState};
+pub use batch::{Batch, BatchError, BatchReader, Step};
 
 /// Least time between two lag reports of a subscription while it is pushing.
 const LAG_REPORT_INTERVAL: Duration = Duration::from_secs(1);
@@ -63,12 +63,10 @@ pub struct PushWorker {
 
 /// One push subscription, leased by this node.
 pub struct Pusher {
-    pub feed: Feed,
-    pub id: Uuid,
+    /// The subscription, its tables and its target: shared with the task reading ahead.
+    pub reader: Arc<BatchReader>,
     pub name: String,
     pub lease: Lease,
-    pub tables: Vec<SourceTable>,
-    pub target: PushTarget,
     pub client: OpenSearchClient,
     pub policy: RetryPolicy,
     /// The next batch, read while the one before it was in flight.
@@ -95,7 +93,7 @@ impl PushWorker {
                         let reported = reported.clone();
                         let stop = stop.clone();
                         tasks.spawn(async move {
-                            let (id, name) = (pusher.id, pusher.name.clone());
+                            let (id, name) = (pusher.reader.id, pusher.name.clone());
                             let ended = worker.push(pusher, stop).await;
                             let mut reported = reported.lock().expect("reported set");
                             reported.running.remove(&id);
@@ -209,12 +207,14 @@ impl PushWorker {
             );
         }
         Ok(Pusher {
-            feed: self.feed.clone(),
-            id,
+            reader: Arc::new(BatchReader {
+                feed: self.feed.clone(),
+                id,
+                tables,
+                target,
+            }),
             name: subscription.name,
             lease,
-            tables,
-            target,
             client,
             policy: RetryPolicy {
                 initial_delay: self.settings.retry_initial,
@@ -234,7 +234,7 @@ impl PushWorker {
             let (store, lease) = (store.clone(), lease.clone());
             async move { store.renew_lease(&lease, ttl).await }
         });
-        let table_ids: Vec<_> = pusher.tables.iter().map(|t| t.id).collect();
+        let table_ids: Vec<_> = pusher.reader.tables.iter().map(|t| t.id).collect();
         let mut lag_reported: Option<Instant> = None;
         let ended = loop {
             // Subscribe before reading: a publish during the batch wakes the wait after it.
@@ -276,7 +276,7 @@ impl PushWorker {
         };
         if let Err(e) = self
             .store()
-            .release_push_lease(&pusher.lease, pusher.id)
+            .release_push_lease(&pusher.lease, pusher.reader.id)
             .await
         {
             tracing::warn!(subscription = %pusher.name, error = %e, "releasing the lease failed");
@@ -293,7 +293,7 @@ impl PushWorker {
             | BatchError::Fatal(_) => {
                 tracing::error!(subscription = %pusher.name, error = %message, "push subscription failed");
                 self.store()
-                    .push_failed(&pusher.lease, pusher.id, &message)
+                    .push_failed(&pusher.lease, pusher.reader.id, &message)
                     .await
                     .map(|_| {
                         gauges::set_state(&pusher.name, SubscriptionState::Failed);
@@ -306,7 +306,7 @@ impl PushWorker {
                 let retry_at = chrono::Utc::now()
                     + chrono::Duration::from_std(backoff).unwrap_or(chrono::Duration::MAX);
                 self.store()
-                    .push_backing_off(&pusher.lease, pusher.id, &message, retry_at)
+                    .push_backing_off(&pusher.lease, pusher.reader.id, &message, retry_at)
                     .await
                     .map(|_| {
                         gauges::set_state(&pusher.name, SubscriptionState::BackingOff);
