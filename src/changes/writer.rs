@@ -22,6 +22,9 @@ pub const BEFORE: &str = "_before";
 /// The row after the change.
 pub const AFTER: &str = "_after";
 
+/// Events per data page (the limit is checked once per write batch of this many).
+const PAGE_ROWS: usize = 1024;
+
 /// Encodes `changes` (indexes into `survivors`) as one Parquet segment.
 pub fn encode_changes(
     survivors: &Survivors,
@@ -36,8 +39,17 @@ pub fn encode_changes(
         Field::new(AFTER, after.data_type().clone(), true),
     ]));
     let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(ops), before, after])?;
+    // Feeds read a segment a page of events at a time (a push batch is 1000 by default)
+    // from anywhere in it, and a read decodes every data page its range touches plus
+    // each column's dictionary: with the defaults (pages of up to 20,000 rows,
+    // dictionaries of up to 1 MB per column) a 1000-event read of a large segment
+    // decoded megabytes. Small plain pages keep it to the rows asked for; zstd still
+    // finds the repeats a dictionary would.
     let props = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(1)?))
+        .set_dictionary_enabled(false)
+        .set_write_batch_size(PAGE_ROWS)
+        .set_data_page_row_count_limit(PAGE_ROWS)
         .build();
     let mut out = Vec::new();
     let mut writer = ArrowWriter::try_new(&mut out, schema, Some(props))?;
@@ -60,4 +72,69 @@ fn side(
         })
         .collect();
     interleave(&[&present as &dyn Array, &absent], &indices)
+}
+
+#[cfg(test)]
+mod tests {
+    use arrow::array::Int64Array;
+    use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+    use parquet::file::metadata::PageIndexPolicy;
+
+    use super::*;
+    use crate::changelog::carryover::Op;
+
+    #[test]
+    fn segments_have_small_pages_and_no_dictionaries() {
+        let rows = 5000;
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
+        let deleted = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(Int64Array::from_iter_values(0..rows as i64))],
+        )
+        .unwrap();
+        let survivors = Survivors {
+            deleted,
+            inserted: RecordBatch::new_empty(schema),
+        };
+        let changes: Vec<ChangeRow> = (0..rows as u32)
+            .map(|i| ChangeRow {
+                op: Op::Delete,
+                before: Some(i),
+                after: None,
+            })
+            .collect();
+        let bytes = encode_changes(&survivors, &changes).unwrap();
+
+        let options = ArrowReaderOptions::new().with_offset_index_policy(PageIndexPolicy::Required);
+        let metadata = ArrowReaderMetadata::load(&bytes, options).unwrap();
+        let metadata = metadata.metadata();
+        assert_eq!(metadata.file_metadata().num_rows(), rows as i64);
+        for chunk in metadata.row_group(0).columns() {
+            assert_eq!(
+                chunk.dictionary_page_offset(),
+                None,
+                "{}",
+                chunk.column_path()
+            );
+        }
+        let offsets = &metadata.offset_index().expect("an offset index")[0];
+        assert_eq!(offsets.len(), 3, "_op, _before.id, _after.id");
+        for (column, index) in offsets.iter().enumerate() {
+            let starts: Vec<i64> = index
+                .page_locations()
+                .iter()
+                .map(|p| p.first_row_index)
+                .chain([rows as i64])
+                .collect();
+            let longest = starts.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+            assert!(
+                longest <= PAGE_ROWS as i64,
+                "column {column}: a page of {longest} rows"
+            );
+            assert!(
+                starts.len() > rows / PAGE_ROWS,
+                "column {column}: {starts:?}"
+            );
+        }
+    }
 }
