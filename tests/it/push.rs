@@ -580,7 +580,9 @@ async fn a_rewind_reproduces_the_same_end_state() {
     let t = history(&wh, &mut model).await;
     let (node, _dir) = push_node().await;
     let index = unique_index("rewind");
-    let sub = push_subscription(&node, &wh, target(&opensearch_url(), &index, json!({}))).await;
+    // Small batches make a replay long enough to rewind in the middle of.
+    let small = json!({"batch": {"max_documents": 3}});
+    let sub = push_subscription(&node, &wh, target(&opensearch_url(), &index, small)).await;
     let before = caught_up(&node, &sub, &t).await;
     assert_index_equals(&documents(&index).await, &model);
 
@@ -622,6 +624,21 @@ async fn a_rewind_reproduces_the_same_end_state() {
     // The replay met documents already at their versions (or deleted at newer ones).
     let skipped = again["push"]["documents_skipped"].as_i64().unwrap();
     assert!(skipped > 0, "{again}");
+
+    // Rewound while pushing: once the replay has committed a batch, rewinding again
+    // lands on a batch in flight (and the one committing behind it) most of the time.
+    let (status, earliest) = node.post(&rewind, &json!({"earliest": true})).await;
+    assert_eq!(status, 200, "{earliest}");
+    wait_until(Duration::from_secs(30), || async {
+        let (_, s) = node.get(&path).await;
+        (s["committed"] != earliest["committed"]).then_some(())
+    })
+    .await;
+    let (status, s) = node.post(&rewind, &json!({"earliest": true})).await;
+    assert_eq!(status, 200, "{s}");
+    let third = caught_up(&node, &sub, &t).await;
+    assert_eq!(third["committed"], before["committed"]);
+    assert_index_equals(&documents(&index).await, &model);
     node.shutdown().await;
 }
 

@@ -75,30 +75,56 @@ impl Batch {
     }
 }
 
+/// A batch sent and settled item by item whose position is not committed yet: its
+/// commit runs while the next batch is sent.
+pub struct Sent {
+    from: Vec<Position>,
+    next: Vec<Position>,
+    events: usize,
+    more: bool,
+    commit: PushCommit,
+    read_time: Duration,
+    send_time: Duration,
+}
+
 impl Pusher {
     fn store(&self) -> &Store {
         self.reader.feed.store()
     }
 
-    /// Pushes one batch, reading the next one while it is in flight.
+    /// Pushes one batch, reading the next one and committing the one before while it is
+    /// in flight. Commits stay in order and each one expects the position the one
+    /// before left, so a batch is only ever sent ahead of its commit, never committed
+    /// ahead of one before it; a node dying in between only makes it sent again.
     pub async fn run_once(&mut self, cancel: &CancellationToken) -> Result<Step, BatchError> {
         let ahead = self.ahead.take();
         let subscription = match self.wanted().await? {
             Ok(subscription) => subscription,
-            Err(stop) => return Ok(stop),
+            Err(stop) => {
+                // A paused subscription shows the position of everything it sent.
+                self.commit_sent().await?;
+                return Ok(stop);
+            }
         };
         let batch = match ahead {
             Some(batch) => batch,
             None => {
+                if !self.commit_sent().await? {
+                    return Ok(self.started_over());
+                }
                 let slots = self.store().subscribed_tables(self.reader.id).await?;
                 let from = slots.iter().map(|s| s.committed).collect();
                 self.reader.read(&subscription, from).await?
             }
         };
         if batch.lines.is_empty() {
+            if !self.commit_sent().await? {
+                return Ok(self.started_over());
+            }
             if batch.next != batch.from {
                 // Skipped events of other operations: their positions pass.
-                self.commit(&batch, &PushCommit::default()).await?;
+                self.commit(&batch.from, &batch.next, &PushCommit::default())
+                    .await?;
             }
             return Ok(match batch.more {
                 true => Step::Pushed {
@@ -123,22 +149,36 @@ impl Pusher {
                 None => None,
             }
         };
-        let (pushed, ahead) = tokio::join!(self.push(&batch, cancel), read_ahead);
-        let pushed = pushed?;
-        if pushed {
+        let before = self.sent.take();
+        let (committed, sent, ahead) =
+            tokio::join!(self.settle(before), self.send(batch, cancel), read_ahead);
+        if !committed? {
+            return Ok(self.started_over());
+        }
+        let sent = sent?;
+        let step = Step::Pushed {
+            events: sent.events,
+            more: sent.more,
+        };
+        if sent.more {
             // An empty batch read ahead may predate a publish whose notification this
             // worker has already passed by: read again rather than go idle on it.
             self.ahead = ahead.filter(|b| !b.lines.is_empty());
-            Ok(Step::Pushed {
-                events: batch.lines.len(),
-                more: batch.more,
-            })
-        } else {
-            tracing::info!(subscription = %self.name, "committed position moved (a rewind); starting over from it");
-            Ok(Step::Pushed {
-                events: 0,
-                more: true,
-            })
+            self.sent = Some(sent);
+        } else if !self.settle(Some(sent)).await? {
+            return Ok(self.started_over());
+        }
+        Ok(step)
+    }
+
+    /// The step after a commit found the stored position moved (a rewind): the next
+    /// batch is read from it.
+    fn started_over(&mut self) -> Step {
+        tracing::info!(subscription = %self.name, "committed position moved (a rewind); starting over from it");
+        self.ahead = None;
+        Step::Pushed {
+            events: 0,
+            more: true,
         }
     }
 
@@ -163,8 +203,8 @@ impl Pusher {
         }
     }
 
-    /// Sends `batch` and commits it; false when the stored position had moved.
-    async fn push(&self, batch: &Batch, cancel: &CancellationToken) -> Result<bool, BatchError> {
+    /// Sends `batch` and sorts out what each item came to.
+    async fn send(&self, batch: Batch, cancel: &CancellationToken) -> Result<Sent, BatchError> {
         let started = Instant::now();
         let outcomes = send_items(
             &self.client,
@@ -174,7 +214,6 @@ impl Pusher {
             cancel,
         )
         .await?;
-        let sent = started.elapsed();
         let mut commit = PushCommit {
             dead: batch.unrenderable.clone(),
             ..PushCommit::default()
@@ -197,33 +236,55 @@ impl Pusher {
                 )),
             }
         }
-        if !self.commit(batch, &commit).await? {
+        Ok(Sent {
+            events: batch.lines.len(),
+            more: batch.more,
+            from: batch.from,
+            next: batch.next,
+            commit,
+            read_time: batch.read_time,
+            send_time: started.elapsed(),
+        })
+    }
+
+    /// Commits the batch sent last, if any; false when the stored position had moved.
+    pub async fn commit_sent(&mut self) -> Result<bool, StoreError> {
+        let sent = self.sent.take();
+        self.settle(sent).await
+    }
+
+    /// Commits `sent` (none: nothing to commit); false when the stored position had moved.
+    async fn settle(&self, sent: Option<Sent>) -> Result<bool, StoreError> {
+        let Some(sent) = sent else {
+            return Ok(true);
+        };
+        let started = Instant::now();
+        if !self.commit(&sent.from, &sent.next, &sent.commit).await? {
             return Ok(false);
         }
         tracing::debug!(
             subscription = %self.name,
-            events = batch.lines.len(),
-            read_ms = batch.read_time.as_secs_f64() * 1e3,
-            send_ms = sent.as_secs_f64() * 1e3,
-            commit_ms = (started.elapsed() - sent).as_secs_f64() * 1e3,
+            events = sent.events,
+            read_ms = sent.read_time.as_secs_f64() * 1e3,
+            send_ms = sent.send_time.as_secs_f64() * 1e3,
+            commit_ms = started.elapsed().as_secs_f64() * 1e3,
             "pushed a batch"
         );
-        self.record(&commit);
-        if !commit.dead.is_empty() {
-            tracing::warn!(subscription = %self.name, rejected = commit.dead.len(), "events went to the dead letters");
+        self.record(&sent.commit);
+        if !sent.commit.dead.is_empty() {
+            tracing::warn!(subscription = %self.name, rejected = sent.commit.dead.len(), "events went to the dead letters");
         }
         Ok(true)
     }
 
-    async fn commit(&self, batch: &Batch, commit: &PushCommit) -> Result<bool, StoreError> {
+    async fn commit(
+        &self,
+        from: &[Position],
+        next: &[Position],
+        commit: &PushCommit,
+    ) -> Result<bool, StoreError> {
         self.store()
-            .commit_push(
-                &self.lease,
-                self.reader.id,
-                &batch.from,
-                &batch.next,
-                commit,
-            )
+            .commit_push(&self.lease, self.reader.id, from, next, commit)
             .await
     }
 

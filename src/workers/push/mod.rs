@@ -19,7 +19,7 @@ use crate::config::PushSettings;
 use crate::delivery::opensearch::{OpenSearchClient, PushTarget, RetryPolicy, SendError};
 use crate::delivery::{ChangeNotifier, Feed};
 use crate::store::{Lease, Store, StoreError, SubscriptionState};
-pub use batch::{Batch, BatchError, BatchReader, Step};
+pub use batch::{Batch, BatchError, BatchReader, Sent, Step};
 
 /// Least time between two lag reports of a subscription while it is pushing.
 const LAG_REPORT_INTERVAL: Duration = Duration::from_secs(1);
@@ -71,6 +71,8 @@ pub struct Pusher {
     pub policy: RetryPolicy,
     /// The next batch, read while the one before it was in flight.
     pub ahead: Option<Batch>,
+    /// The batch sent last, committed while the next one is in flight.
+    pub sent: Option<Sent>,
 }
 
 impl PushWorker {
@@ -222,6 +224,7 @@ impl PushWorker {
                 max_retries: self.settings.max_retries,
             },
             ahead: None,
+            sent: None,
         })
     }
 
@@ -274,6 +277,10 @@ impl PushWorker {
                 _ = tokio::time::sleep(wait) => {}
             }
         };
+        // Still holding the lease: what was sent last need not be sent again.
+        if let Err(e) = pusher.commit_sent().await {
+            tracing::debug!(subscription = %pusher.name, error = %e, "committing the last batch failed");
+        }
         if let Err(e) = self
             .store()
             .release_push_lease(&pusher.lease, pusher.reader.id)
