@@ -15,7 +15,8 @@
 //!    creation until its lag is zero; then the bare loader sends the same events, made
 //!    into the same `_bulk` bodies by the same code (`item_for_event`, `split`, `encode`)
 //!    into a second fresh index with the same settings, one request at a time, as the
-//!    push worker does (one batch in flight per subscription);
+//!    push worker does (one batch in flight per subscription); with
+//!    `--clone-initial-load`, the bare index is a clone of icefeed's instead (untimed);
 //! 4. CDC: per scenario (copy-on-write update, then delete, of `--changed` scattered
 //!    rows) pauses the subscription, commits one snapshot, waits until it is published,
 //!    then times the resumed subscription until its lag is zero, then the bare loader;
