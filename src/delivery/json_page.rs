@@ -1,11 +1,13 @@
 //! Rendering events as canonical JSON: a JSON array page or NDJSON lines.
 
 use std::io::Write;
+use std::ops::Range;
 
-use chrono::SecondsFormat;
+use chrono::{DateTime, SecondsFormat, SubsecRound, Utc};
 use iceberg::spec::NestedFieldRef;
 
 use super::pull::{EventBatch, EventSink, FeedError, Image};
+use crate::changelog::carryover::Op;
 use crate::changes::Position;
 use crate::changes::json::{BoundRecord, JsonOptions, RecordEncoder, write_json_string};
 use crate::store::{SegmentRecord, SourceTable, TableId};
@@ -33,6 +35,24 @@ pub struct JsonSink<'a> {
     cursor: CursorFn<'a>,
     /// The pre-encoded metadata of the last segment written, by (table, ordinal).
     meta: Option<((TableId, i64), EventMeta)>,
+    /// Where each event's parts lie, when asked for.
+    spans: Option<Vec<EventSpans>>,
+}
+
+/// Where the parts of one event lie in the body, and the event's fields a push needs: a
+/// push batch makes its bulk items of these instead of parsing the lines it just wrote.
+#[derive(Clone, Debug)]
+pub struct EventSpans {
+    /// The event's JSON object, without framing.
+    pub event: Range<usize>,
+    pub op: Op,
+    pub table: TableId,
+    pub key: Option<Range<usize>>,
+    pub before: Option<Range<usize>>,
+    pub after: Option<Range<usize>>,
+    pub sequence_number: i64,
+    /// As rendered: to the millisecond.
+    pub committed_at: DateTime<Utc>,
 }
 
 impl<'a> JsonSink<'a> {
@@ -50,7 +70,14 @@ impl<'a> JsonSink<'a> {
             options,
             cursor,
             meta: None,
+            spans: None,
         }
+    }
+
+    /// Also records where each event's parts lie ([`Self::into_body_and_spans`]).
+    pub fn with_spans(mut self) -> Self {
+        self.spans = Some(Vec::new());
+        self
     }
 
     /// Events written so far.
@@ -61,6 +88,11 @@ impl<'a> JsonSink<'a> {
     /// The encoded events.
     pub fn into_body(self) -> Vec<u8> {
         self.body
+    }
+
+    /// The encoded events and, if recorded, where each one's parts lie.
+    pub fn into_body_and_spans(self) -> (Vec<u8>, Vec<EventSpans>) {
+        (self.body, self.spans.unwrap_or_default())
     }
 }
 
@@ -91,27 +123,51 @@ impl EventSink for JsonSink<'_> {
                 out.extend_from_slice(cursor.as_bytes());
                 out.extend_from_slice(b"\nevent: change\ndata: ");
             }
+            let start = out.len();
             out.extend_from_slice(b"{\"position\":\"");
             out.extend_from_slice(cursor.as_bytes());
             out.extend_from_slice(b"\",\"op\":\"");
             out.extend_from_slice(op.as_str().as_bytes());
             out.extend_from_slice(b"\",\"table\":");
             out.extend_from_slice(&meta.table);
+            let mut key = None;
             if let Some(rows) = a.or(b).filter(|_| !batch.key.is_empty()) {
                 out.extend_from_slice(b",\"key\":");
+                let at = out.len();
                 rows.write_fields(row, batch.key, out);
+                key = Some(at..out.len());
             }
-            for (name, image) in [(&b",\"before\":"[..], b), (&b",\"after\":"[..], a)] {
+            let mut images = [None, None];
+            for ((name, image), span) in [(&b",\"before\":"[..], b), (&b",\"after\":"[..], a)]
+                .into_iter()
+                .zip(&mut images)
+            {
                 if let Some(rows) = image {
                     out.extend_from_slice(name);
+                    let at = out.len();
                     if batch.whole_rows {
                         rows.write_row(row, out);
                     } else {
                         rows.write_fields(row, batch.columns, out);
                     }
+                    *span = Some(at..out.len());
                 }
             }
             out.extend_from_slice(&meta.tail);
+            if let Some(spans) = &mut self.spans {
+                let [before, after] = images;
+                spans.push(EventSpans {
+                    event: start..self.body.len(),
+                    op,
+                    table: batch.table.id,
+                    key,
+                    before,
+                    after,
+                    sequence_number: batch.segment.sequence_number,
+                    committed_at: batch.segment.committed_at.trunc_subsecs(3),
+                });
+            }
+            let out = &mut self.body;
             match self.framing {
                 Framing::JsonArray => {}
                 Framing::Ndjson => out.push(b'\n'),

@@ -56,12 +56,20 @@ struct EventView<'a> {
     committed_at: DateTime<Utc>,
 }
 
-fn object(raw: Option<&RawValue>) -> Result<Map<String, Value>, ItemError> {
+/// The parts of an event an item is made of: raw JSON, borrowed from the rendered line.
+pub struct EventParts<'a> {
+    pub delete: bool,
+    pub key: Option<&'a [u8]>,
+    pub before: Option<&'a [u8]>,
+    pub after: Option<&'a [u8]>,
+    pub sequence_number: i64,
+    pub committed_at: DateTime<Utc>,
+}
+
+fn object(raw: Option<&[u8]>) -> Result<Map<String, Value>, ItemError> {
     match raw {
         None => Ok(Map::new()),
-        Some(raw) => {
-            serde_json::from_str(raw.get()).map_err(|e| ItemError::Malformed(e.to_string()))
-        }
+        Some(raw) => serde_json::from_slice(raw).map_err(|e| ItemError::Malformed(e.to_string())),
     }
 }
 
@@ -77,12 +85,36 @@ pub fn item_for_event(
         .iter()
         .find(|t| t.table_name == event.table)
         .ok_or_else(|| ItemError::Malformed(format!("unknown table {}", event.table)))?;
+    let parts = EventParts {
+        delete: event.op == "delete",
+        key: raw(event.key),
+        before: raw(event.before),
+        after: raw(event.after),
+        sequence_number: event.sequence_number,
+        committed_at: event.committed_at,
+    };
+    item_for_parts(&parts, target, table)
+}
+
+fn raw(value: Option<&RawValue>) -> Option<&[u8]> {
+    value.map(|v| v.get().as_bytes())
+}
+
+/// Builds the bulk item of an event of `table` from its parts.
+pub fn item_for_parts(
+    event: &EventParts<'_>,
+    target: &PushTarget,
+    table: &SourceTable,
+) -> Result<BulkItem, ItemError> {
     if event.sequence_number <= 0 {
         return Err(ItemError::FormatV1(table.table_name.clone()));
     }
-    let delete = event.op == "delete";
     // The row the id and routing come from: the new row, or the deleted one.
-    let row = if delete { event.before } else { event.after };
+    let row = if event.delete {
+        event.before
+    } else {
+        event.after
+    };
     let row_map = || object(row);
     let id = match &target.document_id {
         DocumentId::IdentifierColumns => target
@@ -97,13 +129,13 @@ pub fn item_for_event(
     let index = target
         .index
         .render(&table.namespace.join("."), &table.name, event.committed_at)?;
-    let action = if delete {
+    let action = if event.delete {
         BulkAction::Delete
     } else {
         let after = event
             .after
             .ok_or_else(|| ItemError::Malformed("an insert or update without `after`".into()))?;
-        BulkAction::Index(Bytes::copy_from_slice(after.get().as_bytes()))
+        BulkAction::Index(Bytes::copy_from_slice(after))
     };
     Ok(BulkItem {
         index,

@@ -14,9 +14,12 @@ use tokio_util::task::AbortOnDropHandle;
 use uuid::Uuid;
 
 use super::Pusher;
+use crate::changelog::carryover::Op;
 use crate::changes::Position;
 use crate::delivery::opensearch::{BulkAction, BulkItem, ItemOutcome, PushTarget, SendError};
-use crate::delivery::push::{ItemError, UNRENDERABLE, item_for_event, send_items};
+use crate::delivery::push::{
+    EventParts, ItemError, UNRENDERABLE, item_for_event, item_for_parts, send_items,
+};
 use crate::delivery::{Feed, FeedError, Framing, JsonSink, OpSet, Positions, Selection};
 use crate::store::{
     Lag, NewDeadLetter, PushCommit, SourceTable, Store, StoreError, Subscription,
@@ -353,7 +356,7 @@ impl BatchReader {
         let cursor = |t: TableId, p: Position| positions.cursor(t, p);
         let limit = self.target.config.batch.max_documents;
         let options = Default::default();
-        let mut sink = JsonSink::new(Framing::Ndjson, &options, &cursor, limit);
+        let mut sink = JsonSink::new(Framing::Ndjson, &options, &cursor, limit).with_spans();
         let end = self
             .feed
             .read_subscription(&self.tables, &positions, limit, &selection, &mut sink)
@@ -362,30 +365,52 @@ impl BatchReader {
         for (table, p) in self.tables.iter().zip(&end.next) {
             next.push(store.canonical_position(table.id, *p).await?.unwrap_or(*p));
         }
-        let body = sink.into_body();
+        let (body, spans) = sink.into_body_and_spans();
         let mut batch = Batch {
             from,
             next,
             more: end.more,
-            lines: line_ranges(&body),
+            lines: spans.iter().map(|s| s.event.clone()).collect(),
             body: Vec::new(),
             items: Vec::new(),
             origin: Vec::new(),
             unrenderable: Vec::new(),
             read_time: Duration::ZERO,
         };
-        for (i, range) in batch.lines.iter().enumerate() {
-            let line = &body[range.clone()];
-            match item_for_event(line, &self.target, &self.tables) {
+        for (i, span) in spans.iter().enumerate() {
+            let table = self
+                .tables
+                .iter()
+                .find(|t| t.id == span.table)
+                .expect("events are read from the subscription's tables");
+            let part = |r: &Option<Range<usize>>| r.clone().map(|r| &body[r]);
+            let parts = EventParts {
+                delete: span.op == Op::Delete,
+                key: part(&span.key),
+                before: part(&span.before),
+                after: part(&span.after),
+                sequence_number: span.sequence_number,
+                committed_at: span.committed_at,
+            };
+            let made = item_for_parts(&parts, &self.target, table);
+            // A redrive makes the item again by parsing the line: it must come out the same.
+            debug_assert_eq!(
+                made.as_ref().ok(),
+                item_for_event(&body[span.event.clone()], &self.target, &self.tables)
+                    .as_ref()
+                    .ok(),
+            );
+            match made {
                 Ok(item) => {
                     batch.items.push(item);
                     batch.origin.push(i);
                 }
-                Err(ItemError::Render(e)) => {
-                    batch
-                        .unrenderable
-                        .push(dead_letter(line, None, UNRENDERABLE, &e.to_string()))
-                }
+                Err(ItemError::Render(e)) => batch.unrenderable.push(dead_letter(
+                    &body[span.event.clone()],
+                    None,
+                    UNRENDERABLE,
+                    &e.to_string(),
+                )),
                 Err(e) => return Err(BatchError::Fatal(e.to_string())),
             }
         }
@@ -393,18 +418,6 @@ impl BatchReader {
         batch.read_time = started.elapsed();
         Ok(batch)
     }
-}
-
-/// The ranges of the non-empty lines of `body`.
-fn line_ranges(body: &[u8]) -> Vec<Range<usize>> {
-    let mut start = 0;
-    body.split(|b| *b == b'\n')
-        .filter_map(|line| {
-            let range = start..start + line.len();
-            start = range.end + 1;
-            (!line.is_empty()).then_some(range)
-        })
-        .collect()
 }
 
 fn dead_letter(
