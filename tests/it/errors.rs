@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::fixtures::{orders, orders_schema};
+use crate::fixtures::{RegisteredOrders, orders, orders_schema, registered_orders};
 use crate::support::{Node, Warehouse, head};
 
 async fn expect_problem(r: reqwest::Response, status: u16, code: &str) -> Value {
@@ -378,14 +378,13 @@ async fn catalog_secrets_are_never_echoed() {
 /// file is back, the feed reads on from where it was.
 #[tokio::test]
 async fn missing_change_data_is_named_and_recovers_when_restored() {
-    let wh = Warehouse::new().await;
-    let t = wh.create("shop.orders", orders_schema(), None).await;
-    let t = wh.append(&t, &[orders(1..=2)]).await;
-    let (node, store) = Node::start_fresh().await;
-    let id = node
-        .register(&wh.registration("shop.orders", json!({})))
-        .await;
-    node.wait_for_checkpoint(&id, head(&t)).await;
+    let RegisteredOrders {
+        wh: _wh,
+        table: t,
+        node,
+        store,
+        id,
+    } = registered_orders(1..=2).await;
     let files = store.path().join("tables").join(&id);
     let moved = store.path().join("moved-away");
     let page = |after: Option<&str>| {

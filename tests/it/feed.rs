@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::fixtures::{order_json, orders, orders_schema};
+use crate::fixtures::{RegisteredOrders, order_json, orders, orders_schema, registered_orders};
 use crate::support::{Node, Warehouse, fresh_database, head, test_settings};
 
 fn ids(events: &[Value]) -> Vec<i64> {
@@ -188,14 +188,13 @@ async fn cursors_survive_a_restart_and_the_change_store_is_shared() {
 
 #[tokio::test]
 async fn pause_resume_delete_and_operations_endpoints() {
-    let wh = Warehouse::new().await;
-    let t = wh.create("shop.orders", orders_schema(), None).await;
-    let t = wh.append(&t, &[orders(1..=2)]).await;
-    let (node, store) = Node::start_fresh().await;
-    let id = node
-        .register(&wh.registration("shop.orders", json!({})))
-        .await;
-    node.wait_for_checkpoint(&id, head(&t)).await;
+    let RegisteredOrders {
+        wh,
+        table: t,
+        node,
+        store,
+        id,
+    } = registered_orders(1..=2).await;
 
     node.set_paused(&id, true).await;
     let t2 = wh.append(&t, &[orders(3..=3)]).await;
@@ -255,14 +254,13 @@ fn count_files(dir: &std::path::Path) -> usize {
 
 #[tokio::test]
 async fn long_polls_answer_on_publish_or_with_the_same_cursor_when_the_wait_ends() {
-    let wh = Warehouse::new().await;
-    let t = wh.create("shop.orders", orders_schema(), None).await;
-    let t = wh.append(&t, &[orders(1..=2)]).await;
-    let (node, _store) = Node::start_fresh().await;
-    let id = node
-        .register(&wh.registration("shop.orders", json!({})))
-        .await;
-    node.wait_for_checkpoint(&id, head(&t)).await;
+    let RegisteredOrders {
+        wh,
+        table: t,
+        node,
+        store: _store,
+        id,
+    } = registered_orders(1..=2).await;
     let (events, next) = node.all_events(&id, None, 100).await;
     assert_eq!(ids(&events), vec![1, 2]);
 

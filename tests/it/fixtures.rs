@@ -6,6 +6,10 @@ use arrow::array::{
     ArrayRef, Decimal128Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
 };
 use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
+use iceberg::table::Table;
+use serde_json::json;
+
+use crate::support::{Node, Warehouse, head};
 
 /// `orders`: id (identifier), name, amount decimal(10,2), ts timestamptz.
 pub fn orders_schema() -> Schema {
@@ -28,6 +32,39 @@ pub fn orders_schema() -> Schema {
         ])
         .build()
         .unwrap()
+}
+
+/// `shop.orders` of a fresh warehouse, registered with a fresh node. Bind every field
+/// (`_name` for unused ones): the warehouse and the change store are deleted when dropped.
+pub struct RegisteredOrders {
+    pub wh: Warehouse,
+    /// The table as of its one snapshot.
+    pub table: Table,
+    pub node: Node,
+    /// The node's change store.
+    pub store: tempfile::TempDir,
+    /// The registered table's id.
+    pub id: String,
+}
+
+/// `shop.orders` holding `ids` in one snapshot, registered with a fresh node whose
+/// checkpoint has reached that snapshot.
+pub async fn registered_orders(ids: impl IntoIterator<Item = i64>) -> RegisteredOrders {
+    let wh = Warehouse::new().await;
+    let t = wh.create("shop.orders", orders_schema(), None).await;
+    let table = wh.append(&t, &[orders(ids)]).await;
+    let (node, store) = Node::start_fresh().await;
+    let id = node
+        .register(&wh.registration("shop.orders", json!({})))
+        .await;
+    node.wait_for_checkpoint(&id, head(&table)).await;
+    RegisteredOrders {
+        wh,
+        table,
+        node,
+        store,
+        id,
+    }
 }
 
 /// Rows of `orders` for ids in `ids`: name `n<id>`, amount `<id>.05`, ts `<id>` seconds after 2026-01-01.

@@ -10,7 +10,7 @@ use futures::{Stream, StreamExt};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use crate::fixtures::{orders, orders_schema};
+use crate::fixtures::{RegisteredOrders, orders, orders_schema, registered_orders};
 use crate::nodes::{spawn_node_with, terminate, wait_ready};
 use crate::support::{Node, Warehouse, fresh_database, head, test_settings, wait_until};
 
@@ -138,14 +138,13 @@ async fn read(
 
 #[tokio::test]
 async fn a_client_resumes_after_last_event_id_and_gets_every_event_once() {
-    let wh = Warehouse::new().await;
-    let t = wh.create("shop.orders", orders_schema(), None).await;
-    let mut t = wh.append(&t, &[orders(1..=5)]).await;
-    let (node, _store) = Node::start_fresh().await;
-    let id = node
-        .register(&wh.registration("shop.orders", json!({})))
-        .await;
-    node.wait_for_checkpoint(&id, head(&t)).await;
+    let RegisteredOrders {
+        wh,
+        table: mut t,
+        node,
+        store: _store,
+        id,
+    } = registered_orders(1..=5).await;
     // Pages of two, so disconnects also fall in the middle of pages and change sets.
     let path = format!("/v1/tables/{id}/changes/stream?limit=2");
 
@@ -288,14 +287,13 @@ async fn streams_survive_a_lost_notification_connection() {
 
 #[tokio::test]
 async fn shutdown_ends_open_streams_instead_of_waiting_for_them() {
-    let wh = Warehouse::new().await;
-    let t = wh.create("shop.orders", orders_schema(), None).await;
-    let t = wh.append(&t, &[orders(1..=1)]).await;
-    let (node, _store) = Node::start_fresh().await;
-    let id = node
-        .register(&wh.registration("shop.orders", json!({})))
-        .await;
-    node.wait_for_checkpoint(&id, head(&t)).await;
+    let RegisteredOrders {
+        wh: _wh,
+        table: _t,
+        node,
+        store: _store,
+        id,
+    } = registered_orders(1..=1).await;
     let path = format!("/v1/tables/{id}/changes/stream");
     let mut clients = Vec::new();
     for _ in 0..3 {
