@@ -20,6 +20,7 @@ pub struct Settings {
     /// Where change sets are kept: a local directory or an `s3://`, `gs://`, `az://` URL.
     pub change_store: String,
     /// Options passed to the object store (credentials, region, endpoint).
+    #[serde(deserialize_with = "option_strings")]
     pub change_store_options: std::collections::BTreeMap<String, String>,
     /// This node's name in leases; defaults to host name and process id.
     pub node_id: Option<String>,
@@ -191,6 +192,37 @@ impl Default for ApiSettings {
     }
 }
 
+/// Object store options as strings: environment variables such as
+/// `ICEFEED_CHANGE_STORE_OPTIONS__AWS_ALLOW_HTTP=true` arrive as booleans and numbers.
+fn option_strings<'de, D>(
+    deserializer: D,
+) -> Result<std::collections::BTreeMap<String, String>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Scalar {
+        Text(String),
+        Flag(bool),
+        Integer(i64),
+        Float(f64),
+    }
+    let options = std::collections::BTreeMap::<String, Scalar>::deserialize(deserializer)?;
+    Ok(options
+        .into_iter()
+        .map(|(key, value)| {
+            let value = match value {
+                Scalar::Text(text) => text,
+                Scalar::Flag(flag) => flag.to_string(),
+                Scalar::Integer(number) => number.to_string(),
+                Scalar::Float(number) => number.to_string(),
+            };
+            (key, value)
+        })
+        .collect())
+}
+
 /// Settings that cannot work, found at start rather than at first use.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -285,5 +317,25 @@ impl Settings {
                 &uuid::Uuid::new_v4().simple().to_string()[..6]
             )
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn change_store_options_take_flags_and_numbers_as_strings() {
+        // What `ICEFEED_CHANGE_STORE_OPTIONS__AWS_ALLOW_HTTP=true` parses into.
+        let settings: Settings = Figment::from(Serialized::defaults(Settings::default()))
+            .merge(Toml::string(
+                "[change_store_options]\naws_allow_http = true\nretries = 3\naws_region = \"x\"",
+            ))
+            .extract()
+            .unwrap();
+        let options = settings.change_store_options;
+        assert_eq!(options["aws_allow_http"], "true");
+        assert_eq!(options["retries"], "3");
+        assert_eq!(options["aws_region"], "x");
     }
 }

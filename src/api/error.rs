@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use crate::catalog::CatalogError;
+use crate::catalog::{CatalogError, StorageFault};
 use crate::changes::{ChangeStoreError, CursorError};
 use crate::delivery::FeedError;
 use crate::store::StoreError;
@@ -134,6 +134,19 @@ impl From<CatalogError> for ApiError {
                 "iceberg_table_not_found",
                 detail,
             ),
+            // Settings the caller can fix, or files that are gone: 422; a store that
+            // does not answer: 502, like a catalog that does not.
+            CatalogError::Storage {
+                fault, location, ..
+            } => {
+                let status = match fault {
+                    StorageFault::AccessDenied | StorageFault::NotFound | StorageFault::Invalid => {
+                        StatusCode::UNPROCESSABLE_ENTITY
+                    }
+                    StorageFault::Unreachable => StatusCode::BAD_GATEWAY,
+                };
+                Self::new(status, fault.code(), detail).with("location", location)
+            }
             CatalogError::Iceberg(_) => Self::new(StatusCode::BAD_GATEWAY, "catalog_error", detail),
         }
     }

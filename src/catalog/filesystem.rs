@@ -1,16 +1,17 @@
 //! Tables without a catalog service: a Hadoop-style warehouse directory, where the newest
 //! `metadata/vN.metadata.json` (or the one `version-hint.text` names) is current, or a
-//! single metadata file.
+//! single metadata file. Either may be local or on an object store.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-
-use iceberg::TableIdent;
-use iceberg::io::{FileIOBuilder, LocalFsStorageFactory};
-use iceberg::table::{StaticTable, Table};
 use std::sync::Arc;
 
-use super::{CatalogError, display_ident};
+use iceberg::TableIdent;
+use iceberg::io::{FileIO, FileIOBuilder};
+use iceberg::table::{StaticTable, Table};
+
+use super::storage::is_local;
+use super::{CatalogError, TableStorageFactory, display_ident};
 
 pub(super) async fn load(
     ident: &TableIdent,
@@ -18,18 +19,21 @@ pub(super) async fn load(
     metadata_location: Option<&str>,
     properties: &BTreeMap<String, String>,
 ) -> Result<Table, CatalogError> {
+    let file_io = FileIOBuilder::new(Arc::new(TableStorageFactory))
+        .with_props(properties.iter())
+        .build();
     let location = match (warehouse, metadata_location) {
         (_, Some(location)) => location.to_string(),
-        (Some(warehouse), None) => current_metadata(ident, &local_dir(warehouse)?)?,
+        (Some(warehouse), None) if is_local(warehouse) => {
+            current_metadata(ident, &local_dir(warehouse)?)?
+        }
+        (Some(warehouse), None) => current_remote_metadata(ident, warehouse, &file_io).await?,
         (None, None) => {
             return Err(CatalogError::Invalid(
                 "a filesystem catalog needs `warehouse` or `metadata_location`".into(),
             ));
         }
     };
-    let file_io = FileIOBuilder::new(Arc::new(LocalFsStorageFactory))
-        .with_props(properties.iter())
-        .build();
     let table = StaticTable::from_metadata_file(&location, ident.clone(), file_io)
         .await
         // The local file system reports a missing file as `DataInvalid`, not by a kind of
@@ -38,10 +42,74 @@ pub(super) async fn load(
             if missing_locally(&location) {
                 CatalogError::TableNotFound(display_ident(ident))
             } else {
-                CatalogError::Iceberg(e)
+                CatalogError::reading(&location, e)
             }
         })?;
     Ok(table.into_table())
+}
+
+/// The current metadata file of `ident` in a warehouse on an object store, which cannot
+/// be listed through FileIO: the version `version-hint.text` names, or else the highest
+/// `vN.metadata.json` found by probing (Hadoop tables number them from 1 without gaps),
+/// then any newer versions a writer committed after updating the hint.
+async fn current_remote_metadata(
+    ident: &TableIdent,
+    warehouse: &str,
+    file_io: &FileIO,
+) -> Result<String, CatalogError> {
+    let mut dir = warehouse.trim_end_matches('/').to_string();
+    for part in ident
+        .namespace()
+        .iter()
+        .chain([ident.name().to_string()].iter())
+    {
+        dir.push('/');
+        dir.push_str(part);
+    }
+    dir.push_str("/metadata");
+    let version_file = |v: u64| format!("{dir}/v{v}.metadata.json");
+    let exists = |path: String| async move {
+        file_io
+            .exists(&path)
+            .await
+            .map_err(|e| CatalogError::reading(&path, e))
+    };
+    let hint_path = format!("{dir}/version-hint.text");
+    let hint = match file_io.new_input(&hint_path)?.read().await {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).trim().parse::<u64>().ok(),
+        Err(e) => match super::StorageFault::of(&e) {
+            Some(super::StorageFault::NotFound) => None,
+            _ => return Err(CatalogError::reading(&hint_path, e)),
+        },
+    };
+    let mut version = match hint {
+        Some(v) if exists(version_file(v)).await? => v,
+        _ => {
+            // Gallop to a missing version, then bisect between the last found and it.
+            let (mut found, mut probe) = (0, 1);
+            while exists(version_file(probe)).await? {
+                found = probe;
+                probe *= 2;
+            }
+            let mut missing = probe;
+            while missing - found > 1 {
+                let mid = found + (missing - found) / 2;
+                if exists(version_file(mid)).await? {
+                    found = mid;
+                } else {
+                    missing = mid;
+                }
+            }
+            found
+        }
+    };
+    if version == 0 {
+        return Err(CatalogError::TableNotFound(display_ident(ident)));
+    }
+    while exists(version_file(version + 1)).await? {
+        version += 1;
+    }
+    Ok(version_file(version))
 }
 
 /// A local path (plain, `file:/…` or `file:///…`) where there is no file.

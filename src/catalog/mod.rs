@@ -3,22 +3,25 @@
 
 mod filesystem;
 mod redact;
+mod storage;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use iceberg::io::LocalFsStorageFactory;
 use iceberg::table::Table;
 use iceberg::{Catalog, CatalogBuilder, ErrorKind, NamespaceIdent, TableIdent};
+use iceberg_catalog_glue::GlueCatalogBuilder;
+use iceberg_catalog_hms::HmsCatalogBuilder;
 use iceberg_catalog_rest::RestCatalogBuilder;
 use iceberg_catalog_sql::SqlCatalogBuilder;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 pub use redact::{REDACTED, redact};
+pub use storage::{StorageFault, TableStorageFactory, describe as storage_cause};
 
 /// The catalog types icefeed can read from.
-pub const CATALOG_TYPES: &[&str] = &["sql", "rest", "filesystem"];
+pub const CATALOG_TYPES: &[&str] = &["sql", "rest", "filesystem", "glue", "hive"];
 
 /// How to reach the catalog that holds a table.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
@@ -68,6 +71,36 @@ pub enum CatalogConfig {
         #[schema(value_type = CatalogProperties)]
         properties: BTreeMap<String, String>,
     },
+    /// The AWS Glue Data Catalog.
+    #[schema(title = "GlueCatalog")]
+    Glue {
+        /// Warehouse location, e.g. `s3://bucket/warehouse`.
+        warehouse: String,
+        /// Glue endpoint to use instead of AWS's (a private endpoint or an emulator).
+        #[serde(default)]
+        uri: Option<String>,
+        /// The AWS account id of the catalog, when it is not the caller's.
+        #[serde(default)]
+        catalog_id: Option<String>,
+        /// `region_name`, `profile_name`, `aws_access_key_id`, `aws_secret_access_key`,
+        /// `aws_session_token`, and file IO settings (`s3.*`). Without keys, the AWS
+        /// default credential chain is used.
+        #[serde(default)]
+        #[schema(value_type = CatalogProperties)]
+        properties: BTreeMap<String, String>,
+    },
+    /// A Hive Metastore (Thrift).
+    #[schema(title = "HiveCatalog")]
+    Hive {
+        /// Metastore address, `host:port` (e.g. `metastore.internal:9083`).
+        uri: String,
+        /// Warehouse location.
+        warehouse: String,
+        /// `thrift_transport` (`buffered`, the default, or `framed`) and file IO settings.
+        #[serde(default)]
+        #[schema(value_type = CatalogProperties)]
+        properties: BTreeMap<String, String>,
+    },
 }
 
 /// Extra string properties of a catalog connection.
@@ -96,9 +129,33 @@ pub enum CatalogError {
     /// The catalog answered, but has no such table.
     #[error("table {0} not found in the catalog")]
     TableNotFound(String),
+    /// Reading the table's files from their storage failed.
+    #[error("cannot read {location}: {cause}")]
+    Storage {
+        /// What kind of failure.
+        fault: StorageFault,
+        /// The file that could not be read.
+        location: String,
+        /// Why, in a few words.
+        cause: String,
+    },
     /// Reading table metadata failed.
     #[error("reading table metadata failed: {0}")]
     Iceberg(#[from] iceberg::Error),
+}
+
+impl CatalogError {
+    /// The storage failure of reading `location`, if `e` is one; else `e` as it is.
+    pub fn reading(location: &str, e: iceberg::Error) -> Self {
+        match StorageFault::of(&e) {
+            Some(fault) => CatalogError::Storage {
+                fault,
+                location: location.to_string(),
+                cause: storage_cause(&e),
+            },
+            None => CatalogError::Iceberg(e),
+        }
+    }
 }
 
 impl CatalogConfig {
@@ -159,6 +216,20 @@ impl CatalogConfig {
                     .or(metadata_location.clone())
                     .unwrap_or_default(),
             ),
+            CatalogConfig::Glue {
+                warehouse,
+                uri,
+                catalog_id,
+                ..
+            } => (
+                "glue",
+                format!(
+                    "{}|{}|{warehouse}",
+                    uri.as_deref().unwrap_or(""),
+                    catalog_id.as_deref().unwrap_or("")
+                ),
+            ),
+            CatalogConfig::Hive { uri, warehouse, .. } => ("hive", format!("{uri}|{warehouse}")),
         };
         format!("{kind}:{location}")
     }
@@ -188,17 +259,27 @@ impl CatalogConfig {
 
     /// Connects to a catalog service (not used for filesystem tables).
     pub async fn connect(&self) -> Result<Arc<dyn Catalog>, CatalogError> {
-        let storage = Arc::new(LocalFsStorageFactory);
-        match self {
+        let storage = Arc::new(TableStorageFactory);
+        let props = |properties: &BTreeMap<String, String>, extra: &[(&str, Option<&String>)]| {
+            let mut props: HashMap<String, String> = properties.clone().into_iter().collect();
+            for (key, value) in extra {
+                if let Some(value) = value {
+                    props.insert(key.to_string(), value.to_string());
+                }
+            }
+            props
+        };
+        let catalog: Arc<dyn Catalog> = match self {
             CatalogConfig::Sql {
                 uri,
                 warehouse,
                 name,
                 properties,
             } => {
-                let mut props: HashMap<String, String> = properties.clone().into_iter().collect();
-                props.insert("uri".into(), uri.clone());
-                props.insert("warehouse".into(), warehouse.clone());
+                let mut props = props(
+                    properties,
+                    &[("uri", Some(uri)), ("warehouse", Some(warehouse))],
+                );
                 if uri.starts_with("postgres") {
                     props
                         .entry("sql_bind_style".into())
@@ -209,29 +290,68 @@ impl CatalogConfig {
                     .load(name.clone(), props)
                     .await
                     .map_err(unreachable)?;
-                Ok(Arc::new(catalog))
+                Arc::new(catalog)
             }
             CatalogConfig::Rest {
                 uri,
                 warehouse,
                 properties,
             } => {
-                let mut props: HashMap<String, String> = properties.clone().into_iter().collect();
-                props.insert("uri".into(), uri.clone());
-                if let Some(w) = warehouse {
-                    props.insert("warehouse".into(), w.clone());
-                }
+                let props = props(
+                    properties,
+                    &[("uri", Some(uri)), ("warehouse", warehouse.as_ref())],
+                );
                 let catalog = RestCatalogBuilder::default()
                     .with_storage_factory(storage)
                     .load("rest", props)
                     .await
                     .map_err(unreachable)?;
-                Ok(Arc::new(catalog))
+                Arc::new(catalog)
             }
-            CatalogConfig::Filesystem { .. } => Err(CatalogError::Invalid(
-                "a filesystem catalog has no catalog service to connect to".into(),
-            )),
-        }
+            CatalogConfig::Glue {
+                warehouse,
+                uri,
+                catalog_id,
+                properties,
+            } => {
+                let props = props(
+                    properties,
+                    &[
+                        ("warehouse", Some(warehouse)),
+                        ("uri", uri.as_ref()),
+                        ("catalog_id", catalog_id.as_ref()),
+                    ],
+                );
+                let catalog = GlueCatalogBuilder::default()
+                    .with_storage_factory(storage)
+                    .load("glue", props)
+                    .await
+                    .map_err(unreachable)?;
+                Arc::new(catalog)
+            }
+            CatalogConfig::Hive {
+                uri,
+                warehouse,
+                properties,
+            } => {
+                let props = props(
+                    properties,
+                    &[("uri", Some(uri)), ("warehouse", Some(warehouse))],
+                );
+                let catalog = HmsCatalogBuilder::default()
+                    .with_storage_factory(storage)
+                    .load("hive", props)
+                    .await
+                    .map_err(unreachable)?;
+                Arc::new(catalog)
+            }
+            CatalogConfig::Filesystem { .. } => {
+                return Err(CatalogError::Invalid(
+                    "a filesystem catalog has no catalog service to connect to".into(),
+                ));
+            }
+        };
+        Ok(catalog)
     }
 }
 
@@ -278,13 +398,58 @@ impl CatalogCache {
 }
 
 async fn load_from(catalog: &dyn Catalog, ident: &TableIdent) -> Result<Table, CatalogError> {
-    catalog.load_table(ident).await.map_err(|e| match e.kind() {
-        ErrorKind::TableNotFound | ErrorKind::NamespaceNotFound => {
+    catalog.load_table(ident).await.map_err(|e| {
+        if is_not_found(&e) {
             CatalogError::TableNotFound(display_ident(ident))
+        } else if StorageFault::of(&e).is_some() {
+            // Catalogs that read the metadata file themselves (SQL, Glue, Hive) fail
+            // here when its storage does.
+            CatalogError::reading(&format!("the metadata of {}", display_ident(ident)), e)
+        } else if is_connection_error(&e) {
+            unreachable(e)
+        } else {
+            CatalogError::Iceberg(e)
         }
-        _ if is_connection_error(&e) => unreachable(e),
-        _ => CatalogError::Iceberg(e),
     })
+}
+
+/// Checks that the table's files can be read with the credentials it was loaded with:
+/// its current metadata file and the manifest list of its current snapshot. A catalog
+/// that serves metadata over its API (REST) loads fine even where the files cannot be
+/// read, and a registration should not succeed only to fail at the first poll.
+pub async fn check_readable(table: &Table) -> Result<(), CatalogError> {
+    let file_io = table.file_io();
+    if let Some(location) = table.metadata_location() {
+        file_io
+            .new_input(location)?
+            .metadata()
+            .await
+            .map_err(|e| CatalogError::reading(location, e))?;
+    }
+    if let Some(snapshot) = table.metadata().current_snapshot() {
+        let list = snapshot.manifest_list();
+        file_io
+            .new_input(list)?
+            .metadata()
+            .await
+            .map_err(|e| CatalogError::reading(list, e))?;
+    }
+    Ok(())
+}
+
+/// The catalog has no such table or namespace. The Glue and Hive catalogs report it only
+/// in the text of the service's error (`EntityNotFoundException`, `NoSuchObjectException`).
+fn is_not_found(e: &iceberg::Error) -> bool {
+    if matches!(
+        e.kind(),
+        ErrorKind::TableNotFound | ErrorKind::NamespaceNotFound
+    ) {
+        return true;
+    }
+    let text = format!("{e:?}");
+    ["EntityNotFoundException", "NoSuchObjectException"]
+        .iter()
+        .any(|w| text.contains(w))
 }
 
 /// Connection failures show up as `Unexpected` errors whose text names the transport.

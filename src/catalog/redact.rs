@@ -16,6 +16,9 @@ fn is_secret_key(key: &str) -> bool {
         "access-key",
         "session-key",
         "sas",
+        "account-key",
+        "private-key",
+        "authorization",
     ]
     .iter()
     .any(|w| key.contains(w))
@@ -83,10 +86,19 @@ mod tests {
             "type": "rest",
             "uri": "https://user:hunter2@catalog.example/api",
             "properties": {"credential": "id:secret", "token": "t", "s3.secret-access-key": "k",
-                           "s3.access-key-id": "AKIA", "scope": "catalog"}
+                           "s3.access-key-id": "AKIA", "scope": "catalog",
+                           "header.Authorization": "Bearer abc", "adls.account-key": "acct"}
         });
         let shown = redact(&settings).to_string();
-        for secret in ["hunter2", "id:secret", "\"t\"", "\"k\"", "AKIA"] {
+        for secret in [
+            "hunter2",
+            "id:secret",
+            "\"t\"",
+            "\"k\"",
+            "AKIA",
+            "Bearer",
+            "acct",
+        ] {
             assert!(!shown.contains(secret), "{secret} leaked in {shown}");
         }
         assert!(shown.contains("https://user:********@catalog.example/api"));

@@ -399,8 +399,12 @@ fn unused_snapshot_id(metadata: &TableMetadata) -> i64 {
 }
 
 /// The `catalog.db` of the [`writer::open_sql_catalog`] layout whose warehouse holds
-/// `table_location`.
+/// `table_location`, or of the catalog [`writer::open_sql_catalog_at`] opened on the
+/// object-store warehouse that holds it.
 fn sqlite_catalog_for(table_location: &str) -> iceberg::Result<PathBuf> {
+    if let Some(db) = writer::remote_warehouse_catalog(table_location) {
+        return Ok(db);
+    }
     let path = Path::new(
         table_location
             .strip_prefix("file://")

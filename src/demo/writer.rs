@@ -9,7 +9,6 @@ use arrow::array::RecordBatch;
 use arrow::compute::concat_batches;
 use futures::{StreamExt, TryStreamExt};
 use iceberg::arrow::RecordBatchPartitionSplitter;
-use iceberg::io::LocalFsStorageFactory;
 use iceberg::spec::{DataFile, DataFileFormat, PartitionKey, Schema, Struct, UnboundPartitionSpec};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
@@ -28,6 +27,8 @@ use iceberg_catalog_sql::{
     SqlCatalog, SqlCatalogBuilder,
 };
 use parquet::basic::{Compression, ZstdLevel};
+
+use crate::catalog::TableStorageFactory;
 use parquet::file::properties::WriterProperties;
 
 /// Tunables for [`append`]; the default writes one file per partition.
@@ -42,8 +43,26 @@ pub struct AppendOptions {
 /// Opens (creating when missing) the sqlite-backed catalog at `<dir>/catalog.db` with its
 /// warehouse at `<dir>/warehouse`.
 pub async fn open_sql_catalog(dir: &Path, catalog_name: &str) -> iceberg::Result<SqlCatalog> {
-    let (db, warehouse) = catalog_paths(dir)?;
+    let (_, warehouse) = catalog_paths(dir)?;
     std::fs::create_dir_all(&warehouse).map_err(io_err)?;
+    let warehouse = warehouse.display().to_string();
+    open_sql_catalog_at(dir, catalog_name, &warehouse, &HashMap::new()).await
+}
+
+/// Opens (creating when missing) the sqlite-backed catalog at `<dir>/catalog.db` with its
+/// warehouse at `warehouse`, a local directory or an object-store URL reached with the
+/// FileIO properties `file_io` (`s3.endpoint`, `s3.access-key-id`, …).
+pub async fn open_sql_catalog_at(
+    dir: &Path,
+    catalog_name: &str,
+    warehouse: &str,
+    file_io: &HashMap<String, String>,
+) -> iceberg::Result<SqlCatalog> {
+    let (db, _) = catalog_paths(dir)?;
+    if warehouse.contains("://") && !warehouse.starts_with("file:") {
+        let mut known = REMOTE_WAREHOUSES.lock().expect("remote warehouses");
+        known.push((format!("{}/", warehouse.trim_end_matches('/')), db.clone()));
+    }
     // An empty file is a valid sqlite database; creating it here keeps the URI free of
     // sqlx-only options (`?mode=rwc`) so the same string works for other clients.
     std::fs::OpenOptions::new()
@@ -51,14 +70,15 @@ pub async fn open_sql_catalog(dir: &Path, catalog_name: &str) -> iceberg::Result
         .append(true)
         .open(&db)
         .map_err(io_err)?;
-    let props = HashMap::from([
+    let mut props = file_io.clone();
+    props.extend([
         (
             SQL_CATALOG_PROP_URI.to_string(),
             format!("sqlite:{}", db.display()),
         ),
         (
             SQL_CATALOG_PROP_WAREHOUSE.to_string(),
-            warehouse.display().to_string(),
+            warehouse.to_string(),
         ),
         // The default `$1` style is Postgres-only.
         (
@@ -67,9 +87,23 @@ pub async fn open_sql_catalog(dir: &Path, catalog_name: &str) -> iceberg::Result
         ),
     ]);
     SqlCatalogBuilder::default()
-        .with_storage_factory(Arc::new(LocalFsStorageFactory))
+        .with_storage_factory(Arc::new(TableStorageFactory))
         .load(catalog_name, props)
         .await
+}
+
+/// Object-store warehouses opened in this process, with the `catalog.db` of each: a
+/// table's location on an object store does not lead to its catalog as a local one does.
+static REMOTE_WAREHOUSES: std::sync::Mutex<Vec<(String, std::path::PathBuf)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// The `catalog.db` of the object-store warehouse opened here that holds `location`.
+pub fn remote_warehouse_catalog(location: &str) -> Option<std::path::PathBuf> {
+    let known = REMOTE_WAREHOUSES.lock().expect("remote warehouses");
+    known
+        .iter()
+        .find(|(warehouse, _)| location.starts_with(warehouse.as_str()))
+        .map(|(_, db)| db.clone())
 }
 
 /// Absolute `(catalog.db, warehouse)` paths under `dir`, as clients must be given them.

@@ -264,6 +264,32 @@ impl Store {
             .ok_or(StoreError::NotFound)
     }
 
+    /// Replaces a table's catalog settings; its position and feed stay as they are. The
+    /// next poll is due at once, so the new settings are tried without waiting.
+    pub async fn set_catalog(
+        &self,
+        id: TableId,
+        catalog: &serde_json::Value,
+        catalog_key: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE source_tables SET catalog = $2, catalog_key = $3, next_poll_at = now(), \
+               updated_at = now() WHERE id = $1",
+        )
+        .bind(id)
+        .bind(catalog)
+        .bind(catalog_key)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| {
+            StoreError::from_unique(
+                e,
+                "another registration follows this table through these catalog settings",
+            )
+        })?;
+        Ok(())
+    }
+
     /// Removes a table with its change-set index; returns false when it did not exist.
     pub async fn delete_table(&self, id: TableId) -> Result<bool, StoreError> {
         let mut tx = self.pool.begin().await?;

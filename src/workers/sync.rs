@@ -8,7 +8,9 @@ use iceberg::table::Table;
 use tokio_util::sync::CancellationToken;
 
 use super::rewrite::Rewrite;
-use crate::catalog::{CatalogCache, CatalogConfig, CatalogError, parse_ident};
+use crate::catalog::{
+    CatalogCache, CatalogConfig, CatalogError, StorageFault, parse_ident, storage_cause,
+};
 use crate::changelog::{self, AddedFile, LineageError, PlanError, SnapshotPlan};
 use crate::changes::{ChangeStore, ChangeStoreError};
 use crate::config::SchedulerSettings;
@@ -44,15 +46,46 @@ impl From<StoreError> for SyncError {
 
 impl From<CatalogError> for SyncError {
     fn from(e: CatalogError) -> Self {
-        SyncError::Transient(e.to_string())
+        match &e {
+            CatalogError::Storage {
+                fault: StorageFault::AccessDenied,
+                ..
+            } => SyncError::Transient(format!("{ACCESS_DENIED}: {e}")),
+            _ => SyncError::Transient(e.to_string()),
+        }
     }
 }
 
 impl From<PlanError> for SyncError {
     fn from(e: PlanError) -> Self {
-        SyncError::Transient(e.to_string())
+        let PlanError::Iceberg { snapshot, source } = &e;
+        storage_error(source, *snapshot).unwrap_or_else(|| SyncError::Transient(e.to_string()))
     }
 }
+
+/// How a sync treats a failure to read the table's files. A file the metadata names
+/// that is gone will not come back: the table stops. Access denied is retried once
+/// with the credentials a fresh load of the table brings (vended credentials expire);
+/// denied again, the table stops (see [`ACCESS_DENIED`]). Anything else is retried.
+fn storage_error(e: &iceberg::Error, snapshot: i64) -> Option<SyncError> {
+    let fault = StorageFault::of(e)?;
+    let message = format!(
+        "{}: snapshot {snapshot}: {}: {e}",
+        fault.code(),
+        storage_cause(e)
+    );
+    Some(match fault {
+        StorageFault::NotFound | StorageFault::Invalid => SyncError::Table {
+            message: format!("cannot publish snapshot {snapshot}: {message}"),
+            snapshot: Some(snapshot),
+        },
+        StorageFault::AccessDenied | StorageFault::Unreachable => SyncError::Transient(message),
+    })
+}
+
+/// How a sync's access-denied error begins, so that the next failure can tell that the
+/// one before it was one too.
+pub const ACCESS_DENIED: &str = StorageFault::AccessDenied.code();
 
 /// Everything one sync needs.
 pub struct TableSync<'a> {
@@ -258,6 +291,11 @@ pub(super) fn copy_error(e: ChangeStoreError, snapshot: i64) -> SyncError {
             message: format!("cannot publish snapshot {snapshot}: {reason}"),
             snapshot: Some(snapshot),
         },
+        ChangeStoreError::Source(source) => storage_error(&source, snapshot).unwrap_or_else(|| {
+            SyncError::Transient(format!(
+                "snapshot {snapshot}: reading source file: {source}"
+            ))
+        }),
         other => SyncError::Transient(format!("snapshot {snapshot}: {other}")),
     }
 }

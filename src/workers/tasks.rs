@@ -10,10 +10,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::heartbeat::Heartbeat;
 use super::shuffle::{MapTask, ReduceTask, run_map, run_reduce};
-use crate::catalog::{CatalogCache, CatalogConfig, parse_ident};
+use crate::catalog::{CatalogCache, CatalogConfig, StorageFault, parse_ident};
 use crate::changelog::read::read_data_file;
 use crate::changes::json::{JsonOptions, RecordEncoder};
-use crate::changes::{ChangeStore, ReadSchema};
+use crate::changes::{ChangeStore, ChangeStoreError, ReadSchema};
 use crate::config::SchedulerSettings;
 use crate::store::{ClaimedTask, Store, StoreError, TableId};
 
@@ -32,6 +32,20 @@ impl TaskError {
     /// A retryable error from anything displayable.
     pub fn retryable(e: impl std::fmt::Display) -> Self {
         TaskError::Retryable(e.to_string())
+    }
+
+    /// A failure to read a table file: permanent when the file is gone, since the
+    /// metadata that names it will not change; retried otherwise (a new attempt reopens
+    /// the table, with fresh credentials).
+    pub fn reading(e: ChangeStoreError) -> Self {
+        match &e {
+            ChangeStoreError::Source(source)
+                if StorageFault::of(source) == Some(StorageFault::NotFound) =>
+            {
+                TaskError::Permanent(format!("storage_not_found: {e}"))
+            }
+            _ => TaskError::retryable(e),
+        }
     }
 }
 
@@ -97,7 +111,7 @@ impl TaskContext {
                 async move {
                     read_data_file(&file_io, &path, &read)
                         .await
-                        .map_err(TaskError::retryable)
+                        .map_err(TaskError::reading)
                 }
             })
             .collect();

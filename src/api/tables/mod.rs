@@ -117,16 +117,18 @@ pub async fn get_table(
     Ok(axum::Json(TableView::from(&table)))
 }
 
-/// Pause or resume a table (resuming retries a table in the error state), or change its poll interval.
+/// Pause or resume a table (resuming retries a table in the error state), change its poll interval or retention, or replace its catalog settings.
 #[utoipa::path(
     patch, path = "/v1/tables/{id}", tag = TAG, operation_id = "updateTable",
     params(("id" = String, Path, description = "Table id")),
     request_body = UpdateTable,
     responses(
         (status = 200, description = "The updated table", body = TableView),
-        (status = 400, description = "Not a table id, malformed body or invalid poll interval", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Not a table id, malformed body, invalid poll interval, retention or catalog settings", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such table", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "The body has a field of the wrong type or an unknown one", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Another registration follows the table through the new catalog settings", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "A field of the wrong type or an unknown one; the new catalog settings reach no table, another table, or files that cannot be read (`storage_access_denied`, `storage_not_found`)", body = Problem, content_type = "application/problem+json"),
+        (status = 502, description = "The new catalog or its storage did not answer", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn update_table(
@@ -140,9 +142,21 @@ pub async fn update_table(
         .map(register::validate_poll_interval)
         .transpose()?
         .map(|d| d.as_millis() as i64);
-    if let Some(retention) = update.retention {
-        let retention = register::validate_retention(retention)?;
+    let retention = update
+        .retention
+        .map(register::validate_retention)
+        .transpose()?;
+    // Checked before anything is written, so a refused catalog changes nothing else.
+    let catalog = match update.catalog {
+        Some(catalog) => Some(register::replacement_catalog(&table, catalog).await?),
+        None => None,
+    };
+    if let Some(retention) = retention {
         state.store.set_retention(table.id, &retention).await?;
+    }
+    if let Some((catalog, key)) = catalog {
+        state.store.set_catalog(table.id, &catalog, &key).await?;
+        state.wake_scheduler();
     }
     let table = state
         .store

@@ -81,6 +81,13 @@ pub struct UpdateTable {
     /// New retention limits (replacing the old ones; `{}` keeps everything forever).
     #[serde(default)]
     pub retention: Option<Retention>,
+    /// New catalog settings for the same table (a rotated secret, a moved endpoint),
+    /// replacing the old ones whole; a secret given as `********` keeps its stored value.
+    /// The feed keeps its position: the settings must reach a table that holds the
+    /// feed's checkpoint snapshot.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub catalog: Option<serde_json::Value>,
 }
 
 /// The last published snapshot.

@@ -9,8 +9,8 @@ use iceberg::util::snapshot::ancestors_of;
 
 use super::model::{RegisterTable, StartName, StartPosition};
 use crate::api::error::ApiError;
-use crate::catalog::{CatalogConfig, display_ident, parse_ident};
-use crate::store::{NewSourceTable, Retention, TableId};
+use crate::catalog::{CatalogConfig, REDACTED, check_readable, display_ident, parse_ident};
+use crate::store::{NewSourceTable, Retention, SourceTable, TableId};
 use crate::workers::committed_at;
 
 const MIN_POLL: Duration = Duration::from_millis(100);
@@ -30,6 +30,7 @@ pub async fn prepare(
     let ident = parse_ident(&request.table)
         .map_err(|e| ApiError::bad_request("invalid_table_identifier", e.to_string()))?;
     let table = catalog.load_table(&ident).await?;
+    check_readable(&table).await?;
     let metadata = table.metadata_ref();
 
     let identifier_columns = resolve_identifier_columns(&metadata, request.identifier_columns)?;
@@ -68,6 +69,55 @@ pub async fn prepare(
         schema: serde_json::to_value(schema.as_ref()).map_err(|e| ApiError::internal(&e))?,
     })
     .inspect(|t| tracing::info!(table = %display_ident(&ident), id = %t.id, "registering table"))
+}
+
+/// New catalog settings for a registered table, checked to reach the same table (one
+/// that holds the feed's checkpoint) with readable files; returns them with their key.
+/// A secret property given as shown (`********`) keeps its stored value, so settings
+/// read from `GET` can be edited and sent back.
+pub async fn replacement_catalog(
+    table: &SourceTable,
+    mut catalog: serde_json::Value,
+) -> Result<(serde_json::Value, String), ApiError> {
+    keep_shown_secrets(&mut catalog, &table.catalog);
+    let config = CatalogConfig::from_json(&catalog)?;
+    let ident = parse_ident(&table.table_name)
+        .map_err(|e| ApiError::bad_request("invalid_table_identifier", e.to_string()))?;
+    let iceberg = config.load_table(&ident).await?;
+    check_readable(&iceberg).await?;
+    if let Some(checkpoint) = table.checkpoint_snapshot_id
+        && iceberg.metadata().snapshot_by_id(checkpoint).is_none()
+    {
+        return Err(ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "catalog_table_mismatch",
+            format!(
+                "the table {} these settings reach does not hold snapshot {checkpoint}, the \
+                 feed's checkpoint: they reach another table, or one whose history was expired",
+                table.table_name
+            ),
+        ));
+    }
+    Ok((catalog, config.key()))
+}
+
+/// Puts stored values back for properties sent as the redaction mask.
+fn keep_shown_secrets(catalog: &mut serde_json::Value, stored: &serde_json::Value) {
+    let (Some(new), Some(old)) = (
+        catalog
+            .get_mut("properties")
+            .and_then(|p| p.as_object_mut()),
+        stored.get("properties").and_then(|p| p.as_object()),
+    ) else {
+        return;
+    };
+    for (key, value) in new.iter_mut() {
+        if value.as_str() == Some(REDACTED)
+            && let Some(kept) = old.get(key)
+        {
+            *value = kept.clone();
+        }
+    }
 }
 
 /// Checks a poll interval in milliseconds.

@@ -47,8 +47,8 @@ pub(super) async fn cancel_spilled(
         for path in paths {
             let mut batches = stream_data_file(&opened.file_io, path, &opened.read)
                 .await
-                .map_err(TaskError::retryable)?;
-            while let Some(batch) = batches.try_next().await.map_err(TaskError::retryable)? {
+                .map_err(TaskError::reading)?;
+            while let Some(batch) = batches.try_next().await.map_err(TaskError::reading)? {
                 let of =
                     partition_of(&converter, &batch, partitions).map_err(TaskError::retryable)?;
                 let batch = with_side(&shuffled, &batch, side).map_err(TaskError::retryable)?;
