@@ -12,6 +12,8 @@
 #   ICEFEED_TEST_PYTHON        set it to use another Python (skips python-env.sh)
 #   ICEFEED_TEST_REST_FIXTURE  classpath of the REST fixture server (skips rest-fixture.sh)
 #   ICEFEED_TEST_OPENSEARCH_URL  set it to test against another OpenSearch (skips opensearch.sh)
+#   ICEFEED_TEST_S3_URL        set it (and ICEFEED_TEST_S3_REST_URL) to test against another
+#                              SeaweedFS (skips seaweedfs.sh)
 #   CARGO_TARGET_DIR           default $HOME/.cache/icefeed/target, shared by all clones
 #
 # Examples: scripts/test.sh
@@ -34,13 +36,19 @@ fi
 if [[ -z ${ICEFEED_TEST_OPENSEARCH_URL:-} ]]; then
     ICEFEED_TEST_OPENSEARCH_URL=$(scripts/opensearch.sh)
 fi
+if [[ -z ${ICEFEED_TEST_S3_URL:-} ]]; then
+    ICEFEED_TEST_S3_URL=$(scripts/seaweedfs.sh)
+    ICEFEED_TEST_S3_REST_URL=http://127.0.0.1:${ICEFEED_S3_REST_PORT:-8181}
+fi
 export ICEFEED_TEST_DATABASE_URL ICEFEED_TEST_PYTHON ICEFEED_TEST_REST_FIXTURE ICEFEED_TEST_OPENSEARCH_URL
+export ICEFEED_TEST_S3_URL ICEFEED_TEST_S3_REST_URL
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/icefeed/target}
 export RUST_BACKTRACE=${RUST_BACKTRACE:-1}
 
 echo "test.sh: database $ICEFEED_TEST_DATABASE_URL" >&2
 echo "test.sh: python   $ICEFEED_TEST_PYTHON" >&2
 echo "test.sh: opensearch $ICEFEED_TEST_OPENSEARCH_URL" >&2
+echo "test.sh: s3       $ICEFEED_TEST_S3_URL (REST catalog $ICEFEED_TEST_S3_REST_URL)" >&2
 echo "test.sh: target   $CARGO_TARGET_DIR" >&2
 
 exec cargo test --locked "$@"

@@ -39,7 +39,10 @@ async fn registration_errors_are_problems_and_store_nothing() {
         "unknown_catalog_type",
     )
     .await;
-    assert_eq!(p["supported"], json!(["sql", "rest", "filesystem"]));
+    assert_eq!(
+        p["supported"],
+        json!(["sql", "rest", "filesystem", "glue", "hive"])
+    );
     expect_problem(
         post(json!({"catalog": {"type": "sql"}, "table": "a.b"}))
             .await

@@ -1,13 +1,16 @@
 //! A fault-injecting HTTP proxy: forwards requests to an upstream server, except that the
 //! next requests whose path ends with a given suffix get scripted faults instead: an
-//! error status, a dropped connection, or a bulk answer refusing every item for now.
+//! error status, a dropped connection, an answer cut off in the middle of its body, or a
+//! bulk answer refusing every item for now. The `Host` header is forwarded as sent, so
+//! requests signed for the proxy's address (S3's SigV4) still verify upstream.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -29,6 +32,15 @@ pub enum Fault {
     RejectItems,
     /// Forward the request after a pause (a slow cluster).
     Delay(std::time::Duration),
+    /// Forward the request, then send the status, headers and half of the upstream's
+    /// body, and reset the connection (a connection lost mid-download).
+    Truncate,
+}
+
+type Body = BoxBody<Bytes, Dropped>;
+
+fn full(bytes: Bytes) -> Body {
+    Full::new(bytes).map_err(|never| match never {}).boxed()
 }
 
 #[derive(Default)]
@@ -128,10 +140,7 @@ impl Drop for FaultProxy {
     }
 }
 
-async fn handle(
-    state: Arc<State>,
-    request: Request<Incoming>,
-) -> Result<Response<Full<Bytes>>, Dropped> {
+async fn handle(state: Arc<State>, request: Request<Incoming>) -> Result<Response<Body>, Dropped> {
     let (parts, body) = request.into_parts();
     let body = body.collect().await.map_err(|_| Dropped)?.to_bytes();
     let (scripted, fault) = {
@@ -154,6 +163,13 @@ async fn handle(
             tokio::time::sleep(pause).await;
             forward(&state, parts, body, true).await
         }
+        Some(Fault::Truncate) => {
+            let (head, body) = forward(&state, parts, body, true).await?.into_parts();
+            let whole = body.collect().await?.to_bytes();
+            let half = whole.slice(..whole.len() / 2);
+            let chunks = futures::stream::iter([Ok(hyper::body::Frame::data(half)), Err(Dropped)]);
+            Ok(Response::from_parts(head, StreamBody::new(chunks).boxed()))
+        }
         None => forward(&state, parts, body, scripted).await,
     }
 }
@@ -163,7 +179,7 @@ async fn forward(
     parts: hyper::http::request::Parts,
     body: Bytes,
     scripted: bool,
-) -> Result<Response<Full<Bytes>>, Dropped> {
+) -> Result<Response<Body>, Dropped> {
     if scripted {
         state.forwarded.fetch_add(1, Ordering::SeqCst);
     }
@@ -175,14 +191,14 @@ async fn forward(
     );
     let mut request = state.client.request(parts.method, target).body(body);
     for (name, value) in &parts.headers {
-        if name != hyper::header::HOST && name != hyper::header::CONTENT_LENGTH {
+        if name != hyper::header::CONTENT_LENGTH {
             request = request.header(name, value);
         }
     }
     let answer = request.send().await.map_err(|_| Dropped)?;
     let mut response = Response::builder().status(answer.status());
     for (name, value) in answer.headers() {
-        if name != hyper::header::TRANSFER_ENCODING && name != hyper::header::CONTENT_LENGTH {
+        if name != hyper::header::TRANSFER_ENCODING {
             response = response.header(name, value);
         }
     }
@@ -194,14 +210,14 @@ async fn forward(
             .unwrap()
             .push((request_body, body.clone()));
     }
-    Ok(response.body(Full::new(body)).unwrap())
+    Ok(response.body(full(body)).unwrap())
 }
 
-fn json_response(status: u16, body: &Value) -> Response<Full<Bytes>> {
+fn json_response(status: u16, body: &Value) -> Response<Body> {
     Response::builder()
         .status(status)
         .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body.to_string())))
+        .body(full(Bytes::from(body.to_string())))
         .unwrap()
 }
 

@@ -28,10 +28,11 @@ fn spawn_node(db: &str, store: &std::path::Path, name: &str) -> Process {
     spawn_node_with(db, store, name, &[])
 }
 
-/// Starts `icefeed serve` with extra environment variables (settings).
+/// Starts `icefeed serve` on the change store `store` (a directory or a URL) with extra
+/// environment variables (settings).
 pub(crate) fn spawn_node_with(
     db: &str,
-    store: &std::path::Path,
+    store: impl AsRef<std::ffi::OsStr>,
     name: &str,
     env: &[(&str, &str)],
 ) -> Process {
@@ -210,22 +211,63 @@ async fn two_processes_publish_each_snapshot_exactly_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_node_killed_mid_shuffle_loses_and_duplicates_nothing() {
+    let store = tempfile::tempdir().unwrap();
+    kill_mid_shuffle(
+        &Warehouse::new().await,
+        store.path().as_os_str(),
+        &[],
+        1..=8,
+    )
+    .await;
+}
+
+/// The same with the tables' files and the change store on S3 (the SeaweedFS server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_killed_mid_shuffle_on_s3_loses_and_duplicates_nothing() {
+    let store = format!(
+        "s3://{}/{}",
+        crate::s3::BUCKET,
+        crate::s3::unique("changes")
+    );
+    let options: Vec<(String, String)> = crate::s3::change_store_options()
+        .into_iter()
+        .map(|(k, v)| {
+            (
+                format!("ICEFEED_CHANGE_STORE_OPTIONS__{}", k.to_uppercase()),
+                v,
+            )
+        })
+        .collect();
+    let env: Vec<(&str, &str)> = options
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    kill_mid_shuffle(&Warehouse::on_s3().await, store.as_ref(), &env, 1..=4).await;
+}
+
+/// Three `icefeed serve` processes on `store` follow the random histories of `seeds`;
+/// the one running a shuffle task is SIGKILLed; every change set must still equal the
+/// oracle's.
+async fn kill_mid_shuffle(
+    wh: &Warehouse,
+    store: &std::ffi::OsStr,
+    env: &[(&str, &str)],
+    seeds: std::ops::RangeInclusive<u64>,
+) {
     use crate::oracle::{compare, oracle, random_history, register};
     use crate::support::Node;
 
-    let wh = Warehouse::new().await;
     let mut histories = Vec::new();
-    for seed in 1..=8 {
-        let model = random_history(&wh, seed).await;
+    for seed in seeds {
+        let model = random_history(wh, seed).await;
         let expected = oracle(&model).await;
         histories.push((model, expected));
     }
     let db = fresh_database().await;
-    let store = tempfile::tempdir().unwrap();
     let http = reqwest::Client::new();
     let mut nodes: Vec<Process> = ["node-a", "node-b", "node-c"]
         .iter()
-        .map(|name| spawn_node(&db, store.path(), name))
+        .map(|name| spawn_node_with(&db, store, name, env))
         .collect();
     for node in &nodes {
         wait_ready(&http, node).await;
@@ -233,7 +275,7 @@ async fn a_node_killed_mid_shuffle_loses_and_duplicates_nothing() {
     let client = Node::remote(nodes[1].base.clone());
     let mut ids = Vec::new();
     for (model, _) in &histories {
-        ids.push(register(&client, &wh, model).await);
+        ids.push(register(&client, wh, model).await);
     }
 
     // SIGKILL whichever node holds a running shuffle task.

@@ -504,12 +504,15 @@ async fn with_seed<T>(seed: u64, f: impl Future<Output = T>) -> T {
 }
 
 fn seeds() -> Vec<u64> {
-    let Ok(spec) = std::env::var("ICEFEED_ORACLE_SEEDS") else {
-        return DEFAULT_SEEDS.collect();
-    };
-    parse_seeds(&spec).unwrap_or_else(|| {
-        panic!("ICEFEED_ORACLE_SEEDS={spec:?}: use `7`, `1..20`, `1..=20` or `3,5,9`")
-    })
+    seeds_in("ICEFEED_ORACLE_SEEDS").unwrap_or_else(|| DEFAULT_SEEDS.collect())
+}
+
+/// The seeds the environment variable `var` names, if it is set.
+fn seeds_in(var: &str) -> Option<Vec<u64>> {
+    let spec = std::env::var(var).ok()?;
+    let seeds = parse_seeds(&spec)
+        .unwrap_or_else(|| panic!("{var}={spec:?}: use `7`, `1..20`, `1..=20` or `3,5,9`"));
+    Some(seeds)
 }
 
 fn parse_seeds(spec: &str) -> Option<Vec<u64>> {
@@ -758,7 +761,7 @@ pub(crate) async fn random_history(wh: &Warehouse, seed: u64) -> Model {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn oracle_random_histories_match_icefeed() {
     let (node, _store) = Node::start_fresh().await;
-    check_random_histories(&seeds(), &node).await;
+    check_random_histories(&Warehouse::new().await, &seeds(), &node).await;
     node.shutdown().await;
 }
 
@@ -772,10 +775,22 @@ async fn oracle_random_histories_match_icefeed_when_map_tasks_spill() {
     let node = Node::start(settings).await;
     let before = spilled_partitions(&node).await;
     let seeds: Vec<u64> = seeds().into_iter().take(4).collect();
-    check_random_histories(&seeds, &node).await;
+    check_random_histories(&Warehouse::new().await, &seeds, &node).await;
     let spilled = spilled_partitions(&node).await - before;
     eprintln!("oracle: {spilled} spill partitions");
     assert!(spilled > 0, "no map task took the spill path");
+    node.shutdown().await;
+}
+
+/// A few seeds with the tables' files and the change store on S3 (the SeaweedFS server):
+/// `ICEFEED_ORACLE_S3_SEEDS`, by default the first four of `ICEFEED_ORACLE_SEEDS`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn oracle_random_histories_on_s3_match_icefeed() {
+    let (settings, _prefix) = crate::s3::node_settings().await;
+    let node = Node::start(settings).await;
+    let seeds = seeds_in("ICEFEED_ORACLE_S3_SEEDS")
+        .unwrap_or_else(|| seeds().into_iter().take(4).collect());
+    check_random_histories(&Warehouse::on_s3().await, &seeds, &node).await;
     node.shutdown().await;
 }
 
@@ -791,12 +806,11 @@ async fn spilled_partitions(node: &Node) -> u64 {
 
 /// Generates `seeds`' histories, registers them with `node` and compares every change
 /// set with the oracle.
-async fn check_random_histories(seeds: &[u64], node: &Node) {
+async fn check_random_histories(wh: &Warehouse, seeds: &[u64], node: &Node) {
     let started = Instant::now();
-    let wh = Warehouse::new().await;
     let mut models = Vec::new();
     for &seed in seeds {
-        models.push(with_seed(seed, random_history(&wh, seed)).await);
+        models.push(with_seed(seed, random_history(wh, seed)).await);
     }
     let mut expected = Vec::new();
     for (seed, model) in seeds.iter().zip(&models) {
@@ -806,7 +820,7 @@ async fn check_random_histories(seeds: &[u64], node: &Node) {
 
     let mut ids = Vec::new();
     for model in &models {
-        ids.push(register(node, &wh, model).await);
+        ids.push(register(node, wh, model).await);
     }
     for ((seed, model), (id, expected)) in seeds.iter().zip(&models).zip(ids.iter().zip(&expected))
     {

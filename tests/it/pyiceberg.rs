@@ -2,6 +2,7 @@
 //! through the iceberg crate, including copy-on-write deletes; keys that are not unique
 //! stop the table with a clear error.
 
+use std::collections::HashMap;
 use std::process::Command;
 
 use serde_json::json;
@@ -14,6 +15,12 @@ pub fn python() -> String {
 }
 
 fn pyiceberg(dir: &std::path::Path, args: &[&str]) -> i64 {
+    pyiceberg_with(dir, &HashMap::new(), args)
+}
+
+/// Runs the pyiceberg writer with `env` (a REST catalog, the table's name; see the
+/// script); returns the snapshot id it prints, or 0.
+pub fn pyiceberg_with(dir: &std::path::Path, env: &HashMap<String, String>, args: &[&str]) -> i64 {
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/python/pyiceberg_writer.py"
@@ -23,6 +30,7 @@ fn pyiceberg(dir: &std::path::Path, args: &[&str]) -> i64 {
         .arg(dir)
         .arg("py")
         .args(args)
+        .envs(env)
         .output()
         .expect("run python (set ICEFEED_TEST_PYTHON, see scripts/python-env.sh)");
     assert!(

@@ -1,6 +1,7 @@
 //! Test helpers: a fresh PostgreSQL database per test, nodes on random ports, real
 //! Iceberg tables written with the iceberg crate, and HTTP helpers.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
@@ -17,6 +18,8 @@ use icefeed::demo::writer::{self, AppendOptions};
 use serde_json::{Value, json};
 use sqlx::Connection;
 use tokio_util::sync::CancellationToken;
+
+use crate::s3;
 
 /// The server tests create their databases on (the README's test command sets it).
 pub fn admin_url() -> String {
@@ -248,11 +251,15 @@ where
     }
 }
 
-/// A local SQL catalog (sqlite) with a warehouse in a temporary directory.
+/// A local SQL catalog (sqlite) with a warehouse in a temporary directory, or on S3.
 pub struct Warehouse {
     pub dir: tempfile::TempDir,
     pub catalog: Arc<dyn Catalog>,
     pub name: String,
+    /// Where table files go: a local directory or an `s3://` URL.
+    pub location: String,
+    /// FileIO properties that reach `location`.
+    pub file_io: BTreeMap<String, String>,
 }
 
 impl Warehouse {
@@ -263,10 +270,31 @@ impl Warehouse {
     pub async fn named(name: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let catalog = writer::open_sql_catalog(dir.path(), name).await.unwrap();
+        let (_, location) = writer::catalog_paths(dir.path()).unwrap();
         Self {
             dir,
             catalog: Arc::new(catalog),
             name: name.to_string(),
+            location: location.display().to_string(),
+            file_io: BTreeMap::new(),
+        }
+    }
+
+    /// A warehouse below a fresh prefix of the test S3 server's bucket.
+    pub async fn on_s3() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let location = format!("s3://{}/{}", s3::BUCKET, s3::unique("warehouse"));
+        let file_io = s3::file_io();
+        let props = file_io.clone().into_iter().collect();
+        let catalog = writer::open_sql_catalog_at(dir.path(), "test", &location, &props)
+            .await
+            .unwrap();
+        Self {
+            dir,
+            catalog: Arc::new(catalog),
+            name: "test".into(),
+            location,
+            file_io,
         }
     }
 
@@ -305,9 +333,9 @@ impl Warehouse {
 
     /// The catalog part of a registration body.
     pub fn catalog_json(&self) -> Value {
-        let (db, warehouse) = writer::catalog_paths(self.dir.path()).unwrap();
+        let (db, _) = writer::catalog_paths(self.dir.path()).unwrap();
         json!({"type": "sql", "uri": format!("sqlite:{}", db.display()),
-               "warehouse": warehouse.display().to_string(), "name": self.name})
+               "warehouse": self.location, "name": self.name, "properties": self.file_io})
     }
 
     /// A registration body for `table` with extra fields merged in.
