@@ -9,7 +9,8 @@
 # background (its own session, so it outlives this script) with a fresh data directory,
 # access key `admin` / secret `adminsecret`, bucket `warehouse` and table bucket `lake`.
 #
-# Idempotent and quick when the server already runs.
+# Idempotent and quick when the server already runs. `--build-only` builds and exits;
+# `--binary` builds and prints the `weed` binary's path (tests run `weed shell` with it).
 # Stdout: the S3 URL only. Progress goes to stderr; the server's log to
 # $ICEFEED_SEAWEEDFS_DIR/weed.log.
 set -euo pipefail
@@ -38,7 +39,8 @@ ready() {
         "$REST_URL/v1/lake/namespaces" 2>/dev/null
 }
 
-if ready; then
+MODE=${1:-start}
+if [[ $MODE == start ]] && ready; then
     echo "$S3_URL"
     exit 0
 fi
@@ -60,7 +62,10 @@ if [[ ! -x $WEED ]]; then
     mv "$WEED.tmp" "$WEED"
     rm -rf "$build"
 fi
-[[ ${1:-} == --build-only ]] && exit 0
+case $MODE in
+    --build-only) exit 0 ;;
+    --binary) echo "$WEED"; exit 0 ;;
+esac
 
 # --- 2. start -------------------------------------------------------------------
 data="$DIR/data"

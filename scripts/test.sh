@@ -12,8 +12,9 @@
 #   ICEFEED_TEST_PYTHON        set it to use another Python (skips python-env.sh)
 #   ICEFEED_TEST_REST_FIXTURE  classpath of the REST fixture server (skips rest-fixture.sh)
 #   ICEFEED_TEST_OPENSEARCH_URL  set it to test against another OpenSearch (skips opensearch.sh)
-#   ICEFEED_TEST_S3_URL        set it (and ICEFEED_TEST_S3_REST_URL) to test against another
-#                              SeaweedFS (skips seaweedfs.sh)
+#   ICEFEED_TEST_S3_URL        set it (and ICEFEED_TEST_S3_REST_URL, ICEFEED_TEST_WEED: the
+#                              `weed` binary) to test against another SeaweedFS (skips
+#                              seaweedfs.sh)
 #   CARGO_TARGET_DIR           default $HOME/.cache/icefeed/target, shared by all clones
 #
 # Examples: scripts/test.sh
@@ -39,9 +40,10 @@ fi
 if [[ -z ${ICEFEED_TEST_S3_URL:-} ]]; then
     ICEFEED_TEST_S3_URL=$(scripts/seaweedfs.sh)
     ICEFEED_TEST_S3_REST_URL=http://127.0.0.1:${ICEFEED_S3_REST_PORT:-8181}
+    ICEFEED_TEST_WEED=$(scripts/seaweedfs.sh --binary)
 fi
 export ICEFEED_TEST_DATABASE_URL ICEFEED_TEST_PYTHON ICEFEED_TEST_REST_FIXTURE ICEFEED_TEST_OPENSEARCH_URL
-export ICEFEED_TEST_S3_URL ICEFEED_TEST_S3_REST_URL
+export ICEFEED_TEST_S3_URL ICEFEED_TEST_S3_REST_URL ICEFEED_TEST_WEED
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/icefeed/target}
 export RUST_BACKTRACE=${RUST_BACKTRACE:-1}
 

@@ -97,8 +97,13 @@ async fn a_rest_catalog_table_on_s3_flows_into_a_change_store_on_s3() {
     let table = LakeTable::create();
     let s1 = table.write(&["append", "1", "3"]);
     let (node, prefix) = node_on_s3().await;
+    // Only the keys: the catalog's answers name the S3 endpoint, region and path style.
+    let keys = s3::file_io()
+        .into_iter()
+        .filter(|(k, _)| k.ends_with("access-key-id") || k.ends_with("secret-access-key"))
+        .collect();
     let id = node
-        .register(&table.registration(s3::rest_catalog(s3::file_io())))
+        .register(&table.registration(s3::rest_catalog(keys)))
         .await;
     node.wait_for_checkpoint(&id, s1).await;
     let (events, next) = node.all_events(&id, None, 2).await;
@@ -536,5 +541,67 @@ async fn a_glue_catalog_table_on_s3() {
     );
     let missing = json!({"catalog": catalog, "table": format!("{}.missing", table.namespace())});
     refused(&node, &missing, 422, "iceberg_table_not_found").await;
+    node.shutdown().await;
+}
+
+#[tokio::test]
+async fn rotated_keys_stop_the_table_until_new_ones_are_patched_in() {
+    // A read-only identity of its own, whose key the test rotates on the server.
+    let user = s3::unique("reader");
+    let key = |n: u8| {
+        (
+            format!("{user}_key{n}").to_uppercase(),
+            format!("{user}-secret{n}"),
+        )
+    };
+    let ((old_key, old_secret), (new_key, new_secret)) = (key(1), key(2));
+    s3::weed_shell(&format!(
+        "s3.configure -user={user} -access_key={old_key} -secret_key={old_secret} \
+         -actions=Read,List -apply"
+    ));
+    let keys = |key: &str, secret: &str| {
+        BTreeMap::from([
+            ("s3.access-key-id".to_string(), key.to_string()),
+            ("s3.secret-access-key".to_string(), secret.to_string()),
+        ])
+    };
+    let table = LakeTable::create();
+    let s1 = table.write(&["append", "1", "2"]);
+    let (node, _prefix) = node_on_s3().await;
+    let id = node
+        .register(&table.registration(s3::rest_catalog(keys(&old_key, &old_secret))))
+        .await;
+    node.wait_for_checkpoint(&id, s1).await;
+
+    // The old key is replaced on the server: the next snapshot cannot be read.
+    s3::weed_shell(&format!(
+        "s3.configure -user={user} -access_key={new_key} -secret_key={new_secret} -apply"
+    ));
+    s3::weed_shell(&format!(
+        "s3.configure -user={user} -access_key={old_key} -delete -apply"
+    ));
+    let s2 = table.write(&["append", "3", "3"]);
+    let stopped = node.wait_for_state(&id, "error").await;
+    let error = stopped["last_error"].as_str().unwrap();
+    assert!(error.starts_with("storage_access_denied"), "{stopped}");
+    assert!(
+        !error.contains(&old_secret),
+        "no secret in the error: {error}"
+    );
+    assert_eq!(stopped["checkpoint"]["snapshot_id"], s1);
+
+    // The operator patches the new key in and retries: the feed goes on where it was.
+    let path = format!("/v1/tables/{id}");
+    let mut catalog = stopped["catalog"].clone();
+    catalog["properties"]["s3.access-key-id"] = json!(new_key);
+    catalog["properties"]["s3.secret-access-key"] = json!(new_secret);
+    let (status, patched) = node.patch(&path, &json!({ "catalog": catalog })).await;
+    assert_eq!(status, 200, "{patched}");
+    let (status, _) = node.post(&format!("{path}/retry"), &json!({})).await;
+    assert_eq!(status, 200);
+    node.wait_for_checkpoint(&id, s2).await;
+    let (events, _) = node.all_events(&id, None, 100).await;
+    assert_eq!(rows(&events), (1..=3).map(insert).collect::<Vec<_>>());
+    s3::weed_shell(&format!("s3.configure -user={user} -delete -apply"));
     node.shutdown().await;
 }

@@ -32,6 +32,28 @@ pub fn rest_uri() -> String {
     std::env::var("ICEFEED_TEST_S3_REST_URL").unwrap_or_else(|_| "http://127.0.0.1:8181".into())
 }
 
+/// Runs one `weed shell` command against the server (its master on the default port),
+/// e.g. to add or delete S3 identities and keys.
+pub fn weed_shell(command: &str) {
+    use std::io::Write;
+    let weed = std::env::var("ICEFEED_TEST_WEED")
+        .expect("ICEFEED_TEST_WEED: the weed binary (`scripts/seaweedfs.sh --binary`)");
+    let mut child = std::process::Command::new(weed)
+        .args(["shell", "-master=127.0.0.1:9333"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run weed shell");
+    writeln!(child.stdin.take().unwrap(), "{command}").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "weed shell {command:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A name no other test (or earlier run) uses: a namespace or a key prefix.
 pub fn unique(prefix: &str) -> String {
     format!(
