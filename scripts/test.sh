@@ -11,6 +11,7 @@
 #   ICEFEED_TEST_DATABASE_URL  set it to test against another server (skips postgres.sh)
 #   ICEFEED_TEST_PYTHON        set it to use another Python (skips python-env.sh)
 #   ICEFEED_TEST_REST_FIXTURE  classpath of the REST fixture server (skips rest-fixture.sh)
+#   ICEFEED_TEST_HIVE_METASTORE  classpath of the Hive metastore test server (skips hive-metastore.sh)
 #   ICEFEED_TEST_OPENSEARCH_URL  set it to test against another OpenSearch (skips opensearch.sh)
 #   ICEFEED_TEST_S3_URL        set it (and ICEFEED_TEST_S3_REST_URL, ICEFEED_TEST_WEED: the
 #                              `weed` binary) to test against another SeaweedFS (skips
@@ -34,6 +35,9 @@ fi
 if [[ -z ${ICEFEED_TEST_REST_FIXTURE:-} ]]; then
     ICEFEED_TEST_REST_FIXTURE=$(scripts/rest-fixture.sh)
 fi
+if [[ -z ${ICEFEED_TEST_HIVE_METASTORE:-} ]]; then
+    ICEFEED_TEST_HIVE_METASTORE=$(scripts/hive-metastore.sh)
+fi
 if [[ -z ${ICEFEED_TEST_OPENSEARCH_URL:-} ]]; then
     ICEFEED_TEST_OPENSEARCH_URL=$(scripts/opensearch.sh)
 fi
@@ -43,6 +47,7 @@ if [[ -z ${ICEFEED_TEST_S3_URL:-} ]]; then
     ICEFEED_TEST_WEED=$(scripts/seaweedfs.sh --binary)
 fi
 export ICEFEED_TEST_DATABASE_URL ICEFEED_TEST_PYTHON ICEFEED_TEST_REST_FIXTURE ICEFEED_TEST_OPENSEARCH_URL
+export ICEFEED_TEST_HIVE_METASTORE
 export ICEFEED_TEST_S3_URL ICEFEED_TEST_S3_REST_URL ICEFEED_TEST_WEED
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/icefeed/target}
 export RUST_BACKTRACE=${RUST_BACKTRACE:-1}

@@ -137,8 +137,22 @@ pub async fn ensure_table(
     );
     let started = Instant::now();
     let catalog = writer::open_sql_catalog(&dir, CATALOG_NAME).await?;
+    let table = generate_into(&catalog, rows, max_rows_per_file).await?;
+    let elapsed = started.elapsed();
+    describe(&dir, &table, Some(elapsed)).await
+}
+
+/// Creates the benchmark table in `catalog` (wherever its warehouse is) and writes its
+/// rows; the same rows for the same `rows`, since the generator is seeded per append.
+pub async fn generate_into(
+    catalog: &dyn Catalog,
+    rows: u64,
+    max_rows_per_file: usize,
+) -> anyhow::Result<Table> {
+    let started = Instant::now();
+    let ident = TableIdent::from_strs([NAMESPACE, TABLE])?;
     let mut table = writer::create_table(
-        &catalog,
+        catalog,
         &ident,
         taxi::schema(),
         Some(taxi::partition_spec()),
@@ -159,7 +173,7 @@ pub async fn ensure_table(
     });
     let mut appended = 0;
     while let Some(batches) = rx.recv().await {
-        table = writer::append(&catalog, &table, &batches, &options)
+        table = writer::append(catalog, &table, &batches, &options)
             .await
             .context("appending to the benchmark table")?;
         appended += 1;
@@ -169,13 +183,12 @@ pub async fn ensure_table(
         );
     }
     producer.join().expect("generator thread");
-    let elapsed = started.elapsed();
     anyhow::ensure!(
         total_records(&table) == Some(rows),
         "generated table holds {:?} rows, expected {rows}",
         total_records(&table)
     );
-    describe(&dir, &table, Some(elapsed)).await
+    Ok(table)
 }
 
 /// Removes a previous table, but only a directory that looks like one of ours.

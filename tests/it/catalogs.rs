@@ -486,3 +486,107 @@ async fn rest_catalog_fixture_server() {
     expect_problem(&node, missing_ns, 422, "iceberg_table_not_found").await;
     node.shutdown().await;
 }
+
+/// Apache Hive's standalone metastore (`tests/hive-metastore`, built by
+/// `scripts/hive-metastore.sh`; its classpath in `ICEFEED_TEST_HIVE_METASTORE`) on a port
+/// and a Derby database of its own, with a local warehouse. Killed on drop.
+struct HiveMetastore {
+    child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl HiveMetastore {
+    async fn start() -> Self {
+        let classpath = std::env::var("ICEFEED_TEST_HIVE_METASTORE")
+            .expect("ICEFEED_TEST_HIVE_METASTORE: the classpath scripts/hive-metastore.sh prints");
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("java")
+            .args(["-XX:TieredStopAtLevel=1", "-Xmx512m", "-cp", &classpath])
+            .arg("icefeed.testing.HiveMetastore")
+            .arg(port.to_string())
+            .arg(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run java (install a JRE, e.g. Debian's openjdk-17-jre-headless)");
+        let mut server = Self { child, port, dir };
+        let stdout = server.child.stdout.take().unwrap();
+        let ready = tokio::task::spawn_blocking(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            let ready = lines.any(|l| l.is_ok_and(|l| l == "metastore ready"));
+            std::thread::spawn(move || for _ in lines {});
+            ready
+        });
+        let ready = tokio::time::timeout(Duration::from_secs(120), ready)
+            .await
+            .expect("the Hive metastore did not start within 120 s")
+            .unwrap();
+        assert!(ready, "the Hive metastore exited before it was ready");
+        server
+    }
+
+    fn warehouse(&self) -> String {
+        format!("file://{}/warehouse", self.dir.path().display())
+    }
+}
+
+impl Drop for HiveMetastore {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn hive_metastore_catalog() {
+    let hms = HiveMetastore::start().await;
+    // pyiceberg creates and appends through the metastore (Thrift).
+    let writer = json!({"type": "hive", "uri": format!("thrift://127.0.0.1:{}", hms.port),
+                        "warehouse": hms.warehouse()});
+    let env = HashMap::from([
+        ("ICEFEED_CATALOG".to_string(), writer.to_string()),
+        ("ICEFEED_TABLE".to_string(), "shop.orders".to_string()),
+    ]);
+    let write = |args: &[&str]| crate::pyiceberg::pyiceberg_with(hms.dir.path(), &env, args);
+    write(&["create"]);
+    let s1 = write(&["append", "1", "2"]);
+
+    let (node, _store) = Node::start_fresh().await;
+    let catalog = json!({"type": "hive", "uri": format!("127.0.0.1:{}", hms.port),
+                         "warehouse": hms.warehouse()});
+    let id = node
+        .register(&json!({"catalog": catalog, "table": "shop.orders", "poll_interval_ms": 100}))
+        .await;
+    node.wait_for_checkpoint(&id, s1).await;
+    let s2 = write(&["append", "3", "3"]);
+    node.wait_for_checkpoint(&id, s2).await;
+    let (events, _) = node.all_events(&id, None, 100).await;
+    let rows: Vec<(i64, String, i64)> = events
+        .iter()
+        .map(|e| {
+            (
+                e["after"]["id"].as_i64().unwrap(),
+                e["after"]["name"].as_str().unwrap().to_string(),
+                e["snapshot_id"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let expected: Vec<(i64, String, i64)> = (1..=3)
+        .map(|i| (i, format!("py{i}"), if i <= 2 { s1 } else { s2 }))
+        .collect();
+    assert_eq!(rows, expected);
+
+    let missing = json!({"catalog": catalog, "table": "shop.missing"});
+    expect_problem(&node, missing, 422, "iceberg_table_not_found").await;
+    let nowhere = json!({"catalog": {"type": "hive", "uri": "127.0.0.1:9", "warehouse": "/w"},
+                         "table": "shop.orders"});
+    expect_problem(&node, nowhere, 502, "catalog_unreachable").await;
+    node.shutdown().await;
+}
