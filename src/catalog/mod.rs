@@ -260,15 +260,6 @@ impl CatalogConfig {
     /// Connects to a catalog service (not used for filesystem tables).
     pub async fn connect(&self) -> Result<Arc<dyn Catalog>, CatalogError> {
         let storage = Arc::new(TableStorageFactory);
-        let props = |properties: &BTreeMap<String, String>, extra: &[(&str, Option<&String>)]| {
-            let mut props: HashMap<String, String> = properties.clone().into_iter().collect();
-            for (key, value) in extra {
-                if let Some(value) = value {
-                    props.insert(key.to_string(), value.to_string());
-                }
-            }
-            props
-        };
         let catalog: Arc<dyn Catalog> = match self {
             CatalogConfig::Sql {
                 uri,
@@ -276,7 +267,7 @@ impl CatalogConfig {
                 name,
                 properties,
             } => {
-                let mut props = props(
+                let mut props = builder_props(
                     properties,
                     &[("uri", Some(uri)), ("warehouse", Some(warehouse))],
                 );
@@ -297,7 +288,7 @@ impl CatalogConfig {
                 warehouse,
                 properties,
             } => {
-                let props = props(
+                let props = builder_props(
                     properties,
                     &[("uri", Some(uri)), ("warehouse", warehouse.as_ref())],
                 );
@@ -314,7 +305,7 @@ impl CatalogConfig {
                 catalog_id,
                 properties,
             } => {
-                let props = props(
+                let props = builder_props(
                     properties,
                     &[
                         ("warehouse", Some(warehouse)),
@@ -334,7 +325,7 @@ impl CatalogConfig {
                 warehouse,
                 properties,
             } => {
-                let props = props(
+                let props = builder_props(
                     properties,
                     &[("uri", Some(uri)), ("warehouse", Some(warehouse))],
                 );
@@ -355,12 +346,37 @@ impl CatalogConfig {
     }
 }
 
+/// What a catalog builder is loaded with: the registered properties, and the connection
+/// fields under the names the builders read.
+fn builder_props(
+    properties: &BTreeMap<String, String>,
+    fields: &[(&str, Option<&String>)],
+) -> HashMap<String, String> {
+    let fields = fields
+        .iter()
+        .filter_map(|(key, value)| Some((key.to_string(), (*value)?.clone())));
+    properties.clone().into_iter().chain(fields).collect()
+}
+
 /// Connected catalogs by their settings, shared by a node's polls: connecting a SQL
 /// catalog opens a connection pool and runs DDL, which a poll should not repeat.
+///
+/// A connection is renewed after [`CATALOG_RENEWAL`] and after any failure other than a
+/// missing table: the REST catalog client never refreshes its OAuth token (it expires,
+/// typically after an hour), and a catalog may have moved or restarted.
 #[derive(Clone, Default)]
 pub struct CatalogCache {
-    connected: Arc<std::sync::Mutex<HashMap<String, Arc<dyn Catalog>>>>,
+    connected: Arc<std::sync::Mutex<HashMap<String, Connected>>>,
 }
+
+#[derive(Clone)]
+struct Connected {
+    catalog: Arc<dyn Catalog>,
+    at: std::time::Instant,
+}
+
+/// How long a catalog connection (and the token it holds) is used before a new one.
+pub const CATALOG_RENEWAL: std::time::Duration = std::time::Duration::from_secs(15 * 60);
 
 impl CatalogCache {
     /// Loads the table's current metadata, reusing a connection to its catalog.
@@ -378,19 +394,28 @@ impl CatalogCache {
             .lock()
             .expect("catalog cache")
             .get(&key)
+            .filter(|c| c.at.elapsed() < CATALOG_RENEWAL)
             .cloned();
         let catalog = match cached {
-            Some(catalog) => catalog,
+            Some(connected) => connected.catalog,
             None => {
                 let catalog = config.connect().await?;
-                let mut connected = self.connected.lock().expect("catalog cache");
-                connected.insert(key.clone(), catalog.clone());
+                let connected = Connected {
+                    catalog: catalog.clone(),
+                    at: std::time::Instant::now(),
+                };
+                self.connected
+                    .lock()
+                    .expect("catalog cache")
+                    .insert(key.clone(), connected);
                 catalog
             }
         };
         let loaded = load_from(catalog.as_ref(), ident).await;
-        if let Err(CatalogError::Unreachable(_)) = loaded {
-            // Reconnect next time: the catalog may have moved or restarted.
+        if loaded
+            .as_ref()
+            .is_err_and(|e| !matches!(e, CatalogError::TableNotFound(_)))
+        {
             self.connected.lock().expect("catalog cache").remove(&key);
         }
         loaded
