@@ -121,27 +121,31 @@ impl ChangeStore {
     /// Copies an Iceberg data file byte for byte into the store under `key`, after
     /// checking that its footer holds `expected_rows` rows: insert-only change sets need
     /// no re-encoding, so they cost a file copy rather than a decode and re-write.
+    /// `size` is the file's size as its manifest entry gives it: a file small enough
+    /// for one PUT is read in one GET (on an object store each request is a round trip,
+    /// and most data files are small); a larger one is streamed in parts.
     pub async fn copy_data_file(
         &self,
         file_io: &FileIO,
         source: &str,
         expected_rows: u64,
+        size: u64,
         key: &str,
     ) -> Result<StoredSegment, ChangeStoreError> {
         let input = file_io.new_input(source)?;
-        let size = input.metadata().await?.size;
-        let reader = input.reader().await?;
-        let rows = footer_rows(reader.as_ref(), size, source).await?;
-        if rows != expected_rows {
-            return Err(ChangeStoreError::Corrupt(format!(
-                "data file {source} holds {rows} rows but its manifest entry says {expected_rows}"
-            )));
-        }
         let target = self.full(key);
-        if size <= SINGLE_PUT_LIMIT {
-            let bytes = reader.read(0..size).await?;
+        let (rows, size) = if size <= SINGLE_PUT_LIMIT {
+            let bytes = input.read().await?;
+            let rows = footer_rows_in(&bytes, source)?;
+            check_rows(source, rows, expected_rows)?;
+            let size = bytes.len() as u64;
             self.objects.put(&target, PutPayload::from(bytes)).await?;
+            (rows, size)
         } else {
+            let size = input.metadata().await?.size;
+            let reader = input.reader().await?;
+            let rows = footer_rows(reader.as_ref(), size, source).await?;
+            check_rows(source, rows, expected_rows)?;
             let mut upload = WriteMultipart::new(self.objects.put_multipart(&target).await?);
             let mut offset = 0;
             while offset < size {
@@ -151,7 +155,8 @@ impl ChangeStore {
                 offset = end;
             }
             upload.finish().await?;
-        }
+            (rows, size)
+        };
         Ok(StoredSegment {
             path: key.to_string(),
             rows: rows as i64,
@@ -205,25 +210,58 @@ impl ChangeStore {
     }
 }
 
+fn check_rows(source: &str, rows: u64, expected: u64) -> Result<(), ChangeStoreError> {
+    if rows != expected {
+        return Err(ChangeStoreError::Corrupt(format!(
+            "data file {source} holds {rows} rows but its manifest entry says {expected}"
+        )));
+    }
+    Ok(())
+}
+
 /// Rows in a Parquet file according to its footer, read with two small range reads.
 async fn footer_rows(
     reader: &dyn iceberg::io::FileRead,
     size: u64,
     source: &str,
 ) -> Result<u64, ChangeStoreError> {
-    let corrupt = |what: &str| ChangeStoreError::Corrupt(format!("data file {source}: {what}"));
     if size < 12 {
-        return Err(corrupt("too small to be a Parquet file"));
+        return Err(corrupt(source, "too small to be a Parquet file"));
     }
     let tail = reader.read(size - 8..size).await?;
-    let tail: [u8; 8] = tail[..].try_into().map_err(|_| corrupt("short read"))?;
-    let footer =
-        FooterTail::try_from(tail).map_err(|e| corrupt(&format!("not a Parquet file ({e})")))?;
+    let len = metadata_length(&tail, size, source)?;
+    let metadata = reader.read(size - 8 - len..size - 8).await?;
+    Ok(ParquetMetaDataReader::decode_metadata(&metadata)?
+        .file_metadata()
+        .num_rows() as u64)
+}
+
+/// Rows in a Parquet file held whole in memory, according to its footer.
+fn footer_rows_in(bytes: &[u8], source: &str) -> Result<u64, ChangeStoreError> {
+    let size = bytes.len() as u64;
+    if size < 12 {
+        return Err(corrupt(source, "too small to be a Parquet file"));
+    }
+    let len = metadata_length(&bytes[bytes.len() - 8..], size, source)?;
+    let end = bytes.len() - 8;
+    let metadata = &bytes[end - len as usize..end];
+    Ok(ParquetMetaDataReader::decode_metadata(metadata)?
+        .file_metadata()
+        .num_rows() as u64)
+}
+
+/// The footer length the last 8 bytes of a Parquet file of `size` bytes give.
+fn metadata_length(tail: &[u8], size: u64, source: &str) -> Result<u64, ChangeStoreError> {
+    let tail: [u8; 8] = tail.try_into().map_err(|_| corrupt(source, "short read"))?;
+    let footer = FooterTail::try_from(tail)
+        .map_err(|e| corrupt(source, &format!("not a Parquet file ({e})")))?;
     let len = footer.metadata_length() as u64;
     if len + 8 > size {
-        return Err(corrupt("footer length exceeds the file"));
+        return Err(corrupt(source, "footer length exceeds the file"));
     }
-    let metadata = reader.read(size - 8 - len..size - 8).await?;
-    let metadata = ParquetMetaDataReader::decode_metadata(&metadata)?;
-    Ok(metadata.file_metadata().num_rows() as u64)
+    Ok(len)
+}
+
+fn corrupt(source: &str, what: &str) -> ChangeStoreError {
+    ChangeStoreError::Corrupt(format!("data file {source}: {what}"))
 }

@@ -165,7 +165,7 @@ impl TableSync<'_> {
                         return Err(SyncError::Abandoned);
                     }
                     let stored = changes
-                        .copy_data_file(&file_io, &file.path, file.record_count, &key)
+                        .copy_data_file(&file_io, &file.path, file.record_count, file.size, &key)
                         .await
                         .map_err(|e| copy_error(e, snapshot_id))?;
                     Ok(NewSegment {
