@@ -15,6 +15,7 @@
 //! `http://127.0.0.1:8333`, keys `admin` / `adminsecret`).
 
 #[path = "load/cdc.rs"]
+#[allow(dead_code)]
 mod cdc;
 #[path = "load/database.rs"]
 mod database;
