@@ -15,6 +15,8 @@ public final class HiveMetastore {
     public static void main(String[] args) throws Throwable {
         int port = Integer.parseInt(args[0]);
         String dir = args[1];
+        // Derby logs to derby.log in the working directory (the caller's) unless told.
+        System.setProperty("derby.stream.error.file", dir + "/derby.log");
         Configuration conf = MetastoreConf.newMetastoreConf();
         conf.set("javax.jdo.option.ConnectionURL", "jdbc:derby:;databaseName=" + dir + "/db;create=true");
         conf.set("javax.jdo.option.ConnectionDriverName", "org.apache.derby.jdbc.EmbeddedDriver");
