@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::heartbeat::Heartbeat;
-use super::sync::{ACCESS_DENIED, SyncError, TableSync};
+use super::sync::{SyncError, TableSync};
 use crate::catalog::CatalogCache;
 use crate::changes::ChangeStore;
 use crate::config::SchedulerSettings;
@@ -123,7 +123,11 @@ impl Scheduler {
             catalogs: &self.catalogs,
         };
         let span = tracing::info_span!("sync", table = %table.table_name, id = %table.id);
-        let result = sync.run(&table).instrument(span).await;
+        let result = sync
+            .run(&table)
+            .instrument(span)
+            .await
+            .map_err(|e| e.after(table.last_error.as_deref()));
         let name = table.table_name.clone();
         match result {
             Ok(outcome) => {
@@ -140,23 +144,6 @@ impl Scheduler {
             }
             Err(SyncError::Abandoned) => {
                 tracing::info!(table = %name, "sync abandoned");
-            }
-            // Denied twice in a row, the second time with freshly loaded credentials:
-            // the credentials or the policy are wrong, and waiting will not fix them.
-            Err(SyncError::Transient(message))
-                if message.starts_with(ACCESS_DENIED)
-                    && table
-                        .last_error
-                        .as_deref()
-                        .is_some_and(|e| e.starts_with(ACCESS_DENIED)) =>
-            {
-                metrics::counter!("icefeed_scheduler_poll_errors_total", "table" => name.clone())
-                    .increment(1);
-                tracing::error!(table = %name, error = %message, "table stopped");
-                let _ = self
-                    .store
-                    .set_table_error(table.id, &lease, &message, None)
-                    .await;
             }
             Err(SyncError::Transient(message)) => {
                 metrics::counter!("icefeed_scheduler_poll_errors_total", "table" => name.clone())

@@ -66,7 +66,7 @@ impl From<PlanError> for SyncError {
 /// How a sync treats a failure to read the table's files. A file the metadata names
 /// that is gone will not come back: the table stops. Access denied is retried once
 /// with the credentials a fresh load of the table brings (vended credentials expire);
-/// denied again, the table stops (see [`ACCESS_DENIED`]). Anything else is retried.
+/// denied again, the table stops (see [`SyncError::after`]). Anything else is retried.
 fn storage_error(e: &iceberg::Error, snapshot: i64) -> Option<SyncError> {
     let fault = StorageFault::of(e)?;
     let message = format!(
@@ -85,7 +85,27 @@ fn storage_error(e: &iceberg::Error, snapshot: i64) -> Option<SyncError> {
 
 /// How a sync's access-denied error begins, so that the next failure can tell that the
 /// one before it was one too.
-pub const ACCESS_DENIED: &str = StorageFault::AccessDenied.code();
+const ACCESS_DENIED: &str = StorageFault::AccessDenied.code();
+
+impl SyncError {
+    /// This failure, given the table's error from the poll before (`last_error`): denied
+    /// twice in a row, the second time with freshly loaded credentials, the credentials
+    /// or the policy are wrong, and waiting will not fix them: the table stops.
+    pub fn after(self, last_error: Option<&str>) -> Self {
+        match self {
+            SyncError::Transient(message)
+                if message.starts_with(ACCESS_DENIED)
+                    && last_error.is_some_and(|e| e.starts_with(ACCESS_DENIED)) =>
+            {
+                SyncError::Table {
+                    message,
+                    snapshot: None,
+                }
+            }
+            other => other,
+        }
+    }
+}
 
 /// Everything one sync needs.
 pub struct TableSync<'a> {
@@ -297,5 +317,27 @@ pub(super) fn copy_error(e: ChangeStoreError, snapshot: i64) -> SyncError {
             ))
         }),
         other => SyncError::Transient(format!("snapshot {snapshot}: {other}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SyncError;
+
+    fn denied() -> SyncError {
+        SyncError::Transient("storage_access_denied: snapshot 7: access denied".into())
+    }
+
+    #[test]
+    fn access_denied_twice_in_a_row_stops_the_table() {
+        let first = denied().after(None);
+        assert!(matches!(first, SyncError::Transient(_)), "{first:?}");
+        let after_other = denied().after(Some("storage_unreachable: snapshot 7: timeout"));
+        assert!(matches!(after_other, SyncError::Transient(_)));
+        let second = denied().after(Some("storage_access_denied: snapshot 7: access denied"));
+        assert!(matches!(second, SyncError::Table { .. }), "{second:?}");
+        let unrelated = SyncError::Transient("catalog unreachable".into())
+            .after(Some("storage_access_denied: snapshot 7: access denied"));
+        assert!(matches!(unrelated, SyncError::Transient(_)));
     }
 }
