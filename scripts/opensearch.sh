@@ -46,27 +46,9 @@ if ready; then
 fi
 
 # --- 1. build (cached) ----------------------------------------------------------
-stamp="$DIR/.sources-sha256"
-want=$(find "$SRC" -type f ! -path "$SRC/target/*" | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -d' ' -f1)
-built() {
-    [[ -f $stamp && $(cat "$stamp") == "$want" && -f $DIR/classpath ]] || return 1
-    # The classpath names jars in the local Maven repository, which may have been cleaned.
-    local jar
-    while IFS= read -r jar; do [[ -f $jar ]] || return 1; done < <(tr ':' '\n' <"$DIR/classpath")
-}
-if ! built; then
-    if ! command -v javac >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
-        log "installing a Java 17 JDK and Maven (Debian packages)"
-        apt-get update -q >/dev/null
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jdk-headless maven >/dev/null
-    fi
-    log "building the OpenSearch test node into $DIR"
-    rm -rf "$DIR/build" "$DIR/classpath" "$stamp"
-    mkdir -p "$DIR"
-    mvn -q -B -f "$SRC/pom.xml" -Dicefeed.build.dir="$DIR/build" \
-        compile dependency:build-classpath -Dmdep.outputFile="$DIR/classpath" >&2
-    echo "$want" >"$stamp"
-fi
+# shellcheck source=lib/java-test-server.sh
+. scripts/lib/java-test-server.sh
+build_java_server "$SRC" "$DIR" "OpenSearch test node"
 
 # --- 2. start -------------------------------------------------------------------
 # OpenSearch 2.19 runs on Java 17 to 21; prefer such a `java` when PATH has a newer one.
