@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +19,7 @@ use icefeed::demo::writer::{self, AppendOptions};
 use serde_json::{Value, json};
 
 use crate::fixtures::{order_json, orders, orders_schema};
-use crate::support::{Node, Warehouse, fresh_database, head, wait_until};
+use crate::support::{KillOnDrop, Node, Warehouse, fresh_database, head, wait_until};
 
 fn ids(events: &[Value]) -> Vec<i64> {
     events
@@ -349,7 +349,7 @@ async fn connect(url: &str) -> sqlx::PgConnection {
 /// run with `java` on the classpath in `ICEFEED_TEST_REST_FIXTURE` (default
 /// `$HOME/.cache/icefeed/rest-fixture/lib/*`). Killed on drop.
 struct RestFixture {
-    child: Child,
+    child: KillOnDrop,
     uri: String,
     _dir: tempfile::TempDir,
     warehouse: PathBuf,
@@ -395,7 +395,7 @@ impl RestFixture {
             .expect("run java (install a JRE, e.g. Debian's openjdk-17-jre-headless)");
         // Owned from here on, so that a failed start kills the server too.
         let mut server = Self {
-            child,
+            child: KillOnDrop(child),
             uri: String::new(),
             _dir: dir,
             warehouse,
@@ -438,13 +438,6 @@ impl RestFixture {
             )
             .await
             .unwrap()
-    }
-}
-
-impl Drop for RestFixture {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -491,7 +484,7 @@ async fn rest_catalog_fixture_server() {
 /// `scripts/hive-metastore.sh`; its classpath in `ICEFEED_TEST_HIVE_METASTORE`) on a port
 /// and a Derby database of its own, with a local warehouse. Killed on drop.
 struct HiveMetastore {
-    child: Child,
+    child: KillOnDrop,
     port: u16,
     dir: tempfile::TempDir,
 }
@@ -516,7 +509,11 @@ impl HiveMetastore {
             .stderr(Stdio::null())
             .spawn()
             .expect("run java (install a JRE, e.g. Debian's openjdk-17-jre-headless)");
-        let mut server = Self { child, port, dir };
+        let mut server = Self {
+            child: KillOnDrop(child),
+            port,
+            dir,
+        };
         let stdout = server.child.stdout.take().unwrap();
         let ready = tokio::task::spawn_blocking(move || {
             let mut lines = BufReader::new(stdout).lines();
@@ -534,13 +531,6 @@ impl HiveMetastore {
 
     fn warehouse(&self) -> String {
         format!("file://{}/warehouse", self.dir.path().display())
-    }
-}
-
-impl Drop for HiveMetastore {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use crate::fault_proxy::{Fault, FaultProxy};
 use crate::pyiceberg::pyiceberg_with;
 use crate::s3;
-use crate::support::{Node, wait_until};
+use crate::support::{KillOnDrop, Node, wait_until};
 
 /// A table `<unique namespace>.orders` (id long identifier, name string) in the REST
 /// catalog, written by pyiceberg.
@@ -457,7 +457,8 @@ async fn storage_faults_are_retried_and_lose_nothing() {
 /// moto's AWS emulator in server mode (`python -m moto.server`, from the test
 /// virtualenv), whose Glue API serves as the Glue Data Catalog. Killed on drop.
 struct Moto {
-    child: std::process::Child,
+    /// Held for its drop, which stops the server.
+    _process: KillOnDrop,
     url: String,
 }
 
@@ -483,7 +484,7 @@ impl Moto {
             .spawn()
             .expect("run moto (see scripts/python-env.sh)");
         let moto = Self {
-            child,
+            _process: KillOnDrop(child),
             url: format!("http://127.0.0.1:{port}"),
         };
         let http = reqwest::Client::new();
@@ -496,13 +497,6 @@ impl Moto {
         })
         .await;
         moto
-    }
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

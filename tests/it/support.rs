@@ -353,3 +353,27 @@ impl Warehouse {
 pub fn head(table: &Table) -> i64 {
     table.metadata().current_snapshot().unwrap().snapshot_id()
 }
+
+/// A test server process, killed (and reaped) when dropped, so that a failing test
+/// leaves none behind.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl std::ops::Deref for KillOnDrop {
+    type Target = std::process::Child;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
