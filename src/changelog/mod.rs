@@ -2,44 +2,78 @@
 //! checkpoint, and which data files each one added or removed.
 
 pub mod carryover;
+mod deleted;
+pub mod deletes;
 mod lineage;
 pub mod read;
+mod state;
+mod vector;
 
-use iceberg::spec::{
-    DataContentType, DataFileFormat, ManifestContentType, ManifestStatus, SnapshotRef,
-};
+use iceberg::spec::{DataFileFormat, ManifestContentType, ManifestStatus, SnapshotRef};
 use iceberg::table::Table;
+use serde::{Deserialize, Serialize};
 
+pub use deleted::DeleteCache;
+pub use deletes::DeleteRef;
 pub use lineage::{LineageError, Pending, pending_snapshots};
 
-/// A data file a snapshot added or removed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AddedFile {
+/// Rows of one data file that a change set reads: the rows no delete of `deletes`
+/// removes (all of them when there are none) and, with `only_deleted_by`, only those
+/// of them that these other deletes remove (the rows a surviving file lost).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileRows {
     /// Location of the data file.
     pub path: String,
     /// Rows in the file, from its manifest entry.
+    #[serde(default)]
     pub record_count: u64,
     /// Size of the file in bytes, from its manifest entry.
+    #[serde(default)]
     pub size: u64,
     /// Partition spec id and partition tuple: rows can only be carried over between
     /// files of the same group.
+    #[serde(skip)]
     pub group: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deletes: Vec<DeleteRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub only_deleted_by: Option<Vec<DeleteRef>>,
+}
+
+impl FileRows {
+    /// All rows of the data file, as stored.
+    pub fn whole(path: String, record_count: u64, size: u64, group: String) -> Self {
+        Self {
+            path,
+            record_count,
+            size,
+            group,
+            deletes: Vec::new(),
+            only_deleted_by: None,
+        }
+    }
+
+    /// Whether every row of the file is read: it can be copied byte for byte.
+    pub fn is_whole(&self) -> bool {
+        self.deletes.is_empty() && self.only_deleted_by.is_none()
+    }
 }
 
 /// What publishing one snapshot takes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SnapshotPlan {
-    /// Only data files were added: every row is an insert.
-    Inserts(Vec<AddedFile>),
-    /// Data files were removed (copy-on-write delete, overwrite or compaction): rows of
-    /// removed and added files are compared.
+    /// Every row read is an insert (data files added with no deletes, or an export).
+    Inserts(Vec<FileRows>),
+    /// Rows were removed (data files removed by copy-on-write, or rows deleted by
+    /// delete files): the removed and added rows are compared.
     Rewrite {
         /// Files the snapshot removed.
-        removed: Vec<AddedFile>,
+        removed: Vec<FileRows>,
         /// Files the snapshot added.
-        added: Vec<AddedFile>,
+        added: Vec<FileRows>,
     },
-    /// The snapshot changes rows in a way this version cannot compute yet.
+    /// The snapshot cannot be published: what it does cannot be read, or its metadata
+    /// is malformed.
     Unsupported(String),
 }
 
@@ -71,6 +105,9 @@ pub async fn plan_snapshot(
         .load()
         .await
         .map_err(err)?;
+    if has_deletes(&list) {
+        return state::plan_with_deletes(table, snapshot, &list).await;
+    }
     let mut added = Vec::new();
     let mut removed = Vec::new();
     for manifest in list.entries() {
@@ -88,27 +125,15 @@ pub async fn plan_snapshot(
             if entry.snapshot_id() != Some(id) || entry.status() == ManifestStatus::Existing {
                 continue;
             }
-            if manifest.content == ManifestContentType::Deletes
-                || entry.content_type() != DataContentType::Data
-            {
-                return Ok(SnapshotPlan::Unsupported(
-                    "it adds delete files (merge-on-read); computing their changes is not supported yet"
-                        .into(),
-                ));
-            }
             if let Some(reason) = unreadable(entry.file_format()) {
                 return Ok(SnapshotPlan::Unsupported(reason));
             }
-            let file = AddedFile {
-                path: entry.file_path().to_string(),
-                record_count: entry.record_count(),
-                size: entry.file_size_in_bytes(),
-                group: format!(
-                    "{}:{:?}",
-                    manifest.partition_spec_id,
-                    entry.data_file().partition()
-                ),
-            };
+            let file = FileRows::whole(
+                entry.file_path().to_string(),
+                entry.record_count(),
+                entry.file_size_in_bytes(),
+                group(manifest.partition_spec_id, entry.data_file().partition()),
+            );
             match entry.status() {
                 ManifestStatus::Deleted => removed.push(file),
                 _ => added.push(file),
@@ -134,30 +159,38 @@ pub async fn plan_export(table: &Table, snapshot: &SnapshotRef) -> Result<Snapsh
         .load()
         .await
         .map_err(err)?;
+    if has_deletes(&list) {
+        return state::plan_export_with_deletes(table, snapshot, &list).await;
+    }
     let mut files = Vec::new();
     for manifest in list.entries() {
         let entries = manifest.load_manifest(table.file_io()).await.map_err(err)?;
         for entry in entries.entries().iter().filter(|e| e.is_alive()) {
-            if manifest.content == ManifestContentType::Deletes
-                || entry.content_type() != DataContentType::Data
-            {
-                return Ok(SnapshotPlan::Unsupported(
-                    "the table has delete files (merge-on-read); exporting it is not supported yet"
-                        .into(),
-                ));
-            }
             if let Some(reason) = unreadable(entry.file_format()) {
                 return Ok(SnapshotPlan::Unsupported(reason));
             }
-            files.push(AddedFile {
-                path: entry.file_path().to_string(),
-                record_count: entry.record_count(),
-                size: entry.file_size_in_bytes(),
-                group: String::new(),
-            });
+            files.push(FileRows::whole(
+                entry.file_path().to_string(),
+                entry.record_count(),
+                entry.file_size_in_bytes(),
+                String::new(),
+            ));
         }
     }
     Ok(SnapshotPlan::Inserts(files))
+}
+
+/// Whether a snapshot's manifest list has delete manifests: the only place the delete
+/// files live in it, and those it removed, are listed.
+fn has_deletes(list: &iceberg::spec::ManifestList) -> bool {
+    list.entries()
+        .iter()
+        .any(|m| m.content == ManifestContentType::Deletes)
+}
+
+/// The carryover group of a file: its partition spec and tuple.
+fn group(spec_id: i32, partition: &iceberg::spec::Struct) -> String {
+    format!("{spec_id}:{partition:?}")
 }
 
 fn unreadable(format: DataFileFormat) -> Option<String> {

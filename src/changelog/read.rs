@@ -1,4 +1,6 @@
-//! Reading the rows of an Iceberg data file, projected by field id onto a snapshot's schema.
+//! Reading the rows of an Iceberg data file, projected by field id onto a snapshot's
+//! schema: all of them, or those a [`FileRows`] selects under its deletes (as a Parquet
+//! row selection, so that the page index skips pages no selected row is in).
 
 use arrow::array::RecordBatch;
 use futures::StreamExt;
@@ -7,54 +9,180 @@ use iceberg::arrow::ArrowFileReader;
 use iceberg::io::FileIO;
 use parquet::arrow::ParquetRecordBatchStreamBuilder;
 use parquet::arrow::arrow_reader::{
-    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection,
+    RowSelector,
 };
+use parquet::file::metadata::PageIndexPolicy;
+use roaring::RoaringTreemap;
 
+use super::FileRows;
+use super::deleted::{DataFileRef, DeleteCache};
 use crate::changes::segment::{conform, projection};
 use crate::changes::{ChangeStoreError, ReadSchema};
 
-/// Rows of the data file at `path`, in `schema`, a batch at a time: memory holds one row
-/// group's column chunks, whatever the file's size.
+/// The rows of a data file a read takes.
+enum Selected {
+    All,
+    Rows(RowSelection),
+    Nothing,
+}
+
+/// Which rows of `rows`'s data file it selects, from its deletes.
+async fn select(
+    file_io: &FileIO,
+    rows: &FileRows,
+    deletes: &DeleteCache,
+) -> Result<Selected, ChangeStoreError> {
+    if rows.is_whole() {
+        return Ok(Selected::All);
+    }
+    let data = DataFileRef {
+        path: &rows.path,
+        record_count: rows.record_count,
+    };
+    let dead = deletes.dead(file_io, &data, &rows.deletes).await?;
+    let selected = match &rows.only_deleted_by {
+        Some(others) => deletes.dead(file_io, &data, others).await? - dead,
+        None if dead.is_empty() => return Ok(Selected::All),
+        None => {
+            let mut all = RoaringTreemap::new();
+            all.insert_range(0..rows.record_count);
+            all - dead
+        }
+    };
+    Ok(if selected.is_empty() {
+        Selected::Nothing
+    } else {
+        Selected::Rows(row_selection(&selected, rows.record_count))
+    })
+}
+
+/// A Parquet row selection of exactly the `selected` positions of `total` rows.
+fn row_selection(selected: &RoaringTreemap, total: u64) -> RowSelection {
+    let mut selectors = Vec::new();
+    let (mut cursor, mut run_start) = (0u64, None::<u64>);
+    for p in selected.iter() {
+        match run_start {
+            Some(_) if p == cursor => {}
+            _ => {
+                if let Some(start) = run_start {
+                    selectors.push(RowSelector::select((cursor - start) as usize));
+                }
+                if p > cursor {
+                    selectors.push(RowSelector::skip((p - cursor) as usize));
+                }
+                run_start = Some(p);
+            }
+        }
+        cursor = p + 1;
+    }
+    if let Some(start) = run_start {
+        selectors.push(RowSelector::select((cursor - start) as usize));
+    }
+    if total > cursor {
+        selectors.push(RowSelector::skip((total - cursor) as usize));
+    }
+    RowSelection::from(selectors)
+}
+
+/// Reader options: the page index only pays when pages can be skipped.
+fn options(selected: &Selected) -> ArrowReaderOptions {
+    let policy = match selected {
+        Selected::Rows(_) => PageIndexPolicy::Optional,
+        _ => PageIndexPolicy::Skip,
+    };
+    ArrowReaderOptions::new().with_page_index_policy(policy)
+}
+
+/// The selected rows of a data file, in `schema`, a batch at a time: memory holds one
+/// row group's column chunks, whatever the file's size.
 pub async fn stream_data_file(
     file_io: &FileIO,
-    path: &str,
+    rows: &FileRows,
     schema: &ReadSchema,
+    deletes: &DeleteCache,
 ) -> Result<BoxStream<'static, Result<RecordBatch, ChangeStoreError>>, ChangeStoreError> {
-    let input = file_io.new_input(path)?;
+    let selected = select(file_io, rows, deletes).await?;
+    if let Selected::Nothing = selected {
+        return Ok(futures::stream::empty().boxed());
+    }
+    let input = file_io.new_input(&rows.path)?;
     let mut file = ArrowFileReader::new(input.metadata().await?, Box::new(input.reader().await?));
-    let metadata = ArrowReaderMetadata::load_async(&mut file, ArrowReaderOptions::new()).await?;
+    let metadata = ArrowReaderMetadata::load_async(&mut file, options(&selected)).await?;
     let mask = projection(&metadata, schema);
-    let stream = ParquetRecordBatchStreamBuilder::new_with_metadata(file, metadata)
+    let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(file, metadata)
         .with_projection(mask)
-        .with_batch_size(BATCH_ROWS)
-        .build()?;
+        .with_batch_size(BATCH_ROWS);
+    if let Selected::Rows(selection) = selected {
+        builder = builder.with_row_selection(selection);
+    }
     let schema = schema.clone();
-    Ok(stream.map(move |batch| conform(&batch?, &schema)).boxed())
+    Ok(builder
+        .build()?
+        .map(move |batch| conform(&batch?, &schema))
+        .boxed())
 }
 
 const BATCH_ROWS: usize = 8192;
 
-/// All rows of the data file at `path`, in `schema`. The file is read whole: map tasks
-/// use it only for inputs that fit their memory budget.
+/// The selected rows of a data file, in `schema`. The file is read whole: map tasks use
+/// it only for inputs that fit their memory budget.
 pub async fn read_data_file(
     file_io: &FileIO,
-    path: &str,
+    rows: &FileRows,
     schema: &ReadSchema,
+    deletes: &DeleteCache,
 ) -> Result<Vec<RecordBatch>, ChangeStoreError> {
-    let bytes = file_io.new_input(path)?.read().await?;
+    let selected = select(file_io, rows, deletes).await?;
+    if let Selected::Nothing = selected {
+        return Ok(Vec::new());
+    }
+    let bytes = file_io.new_input(&rows.path)?.read().await?;
     let schema = schema.clone();
     // Decoding is CPU work: keep it off the async workers.
     tokio::task::spawn_blocking(move || {
-        let metadata = ArrowReaderMetadata::load(&bytes, ArrowReaderOptions::new())?;
+        let metadata = ArrowReaderMetadata::load(&bytes, options(&selected))?;
         let mask = projection(&metadata, &schema);
-        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(bytes, metadata)
+        let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(bytes, metadata)
             .with_projection(mask)
-            .with_batch_size(BATCH_ROWS)
-            .build()?;
+            .with_batch_size(BATCH_ROWS);
+        if let Selected::Rows(selection) = selected {
+            builder = builder.with_row_selection(selection);
+        }
+        let reader = builder.build()?;
         reader
             .map(|batch| conform(&batch?, &schema))
             .collect::<Result<Vec<_>, _>>()
     })
     .await
     .map_err(|e| ChangeStoreError::Corrupt(format!("reading {}: {e}", "data file")))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_row_selection_takes_exactly_the_selected_positions() {
+        let selected: RoaringTreemap = [0u64, 1, 2, 5, 9].into_iter().collect();
+        let selection = row_selection(&selected, 12);
+        let selectors: Vec<RowSelector> = selection.into();
+        assert_eq!(
+            selectors,
+            vec![
+                RowSelector::select(3),
+                RowSelector::skip(2),
+                RowSelector::select(1),
+                RowSelector::skip(3),
+                RowSelector::select(1),
+                RowSelector::skip(2),
+            ]
+        );
+        let tail: RoaringTreemap = [11u64].into_iter().collect();
+        let selectors: Vec<RowSelector> = row_selection(&tail, 12).into();
+        assert_eq!(
+            selectors,
+            vec![RowSelector::skip(11), RowSelector::select(1)]
+        );
+    }
 }

@@ -179,7 +179,7 @@ pub fn projection(metadata: &ArrowReaderMetadata, schema: &ReadSchema) -> Projec
 }
 
 /// Index of the top-level column with Iceberg field id `id`.
-fn column_of(schema: &ArrowSchema, id: i32) -> Option<usize> {
+pub(crate) fn column_of(schema: &ArrowSchema, id: i32) -> Option<usize> {
     let id = id.to_string();
     schema
         .fields()

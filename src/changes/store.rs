@@ -5,14 +5,22 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use arrow::array::RecordBatch;
+use arrow::datatypes::Field;
 use bytes::Bytes;
 use iceberg::io::FileIO;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::{FooterTail, ParquetMetaDataReader};
+use parquet::file::properties::WriterProperties;
 use url::Url;
 
+use super::ReadSchema;
+use crate::changelog::read::stream_data_file;
+use crate::changelog::{DeleteCache, FileRows};
 use crate::store::TableId;
 
 /// Source files up to this size are copied in one request; larger ones in parts.
@@ -160,6 +168,56 @@ impl ChangeStore {
         Ok(StoredSegment {
             path: key.to_string(),
             rows: rows as i64,
+            size: size as i64,
+        })
+    }
+
+    /// Writes the rows `rows` selects of an Iceberg data file (one that has deletes) into
+    /// the store under `key` as an `inserts` segment: a Parquet file of the read
+    /// schema's columns, with their field ids, so it is read like a copied data file.
+    pub async fn write_file_rows(
+        &self,
+        file_io: &FileIO,
+        rows: &FileRows,
+        schema: &ReadSchema,
+        key: &str,
+    ) -> Result<StoredSegment, ChangeStoreError> {
+        use futures::TryStreamExt;
+        let mut batches = stream_data_file(file_io, rows, schema, &DeleteCache::default()).await?;
+        let fields: Vec<Field> = schema
+            .arrow
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        let written = Arc::new(arrow::datatypes::Schema::new(fields));
+        let props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::try_new(1)?))
+            .build();
+        let mut upload = WriteMultipart::new(self.objects.put_multipart(&self.full(key)).await?);
+        let mut writer = ArrowWriter::try_new(Vec::new(), written.clone(), Some(props))?;
+        let mut count = 0u64;
+        let mut size = 0u64;
+        while let Some(batch) = batches.try_next().await? {
+            count += batch.num_rows() as u64;
+            writer.write(&RecordBatch::try_new(
+                written.clone(),
+                batch.columns().to_vec(),
+            )?)?;
+            if writer.inner().len() as u64 >= PART_SIZE {
+                let part = std::mem::take(writer.inner_mut());
+                size += part.len() as u64;
+                upload.wait_for_capacity(2).await?;
+                upload.put(Bytes::from(part));
+            }
+        }
+        let tail = writer.into_inner()?;
+        size += tail.len() as u64;
+        upload.put(Bytes::from(tail));
+        upload.finish().await?;
+        Ok(StoredSegment {
+            path: key.to_string(),
+            rows: count as i64,
             size: size as i64,
         })
     }

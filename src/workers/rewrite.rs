@@ -6,7 +6,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::shuffle::Shuffle;
 use super::sync::SyncError;
-use crate::changelog::AddedFile;
+use crate::changelog::FileRows;
 use crate::config::SchedulerSettings;
 use crate::store::{NewSegment, SourceTable, Store};
 
@@ -24,8 +24,8 @@ impl Rewrite<'_> {
     /// Computes the snapshot's changes and returns their segments in order.
     pub async fn compute(
         &self,
-        removed: Vec<AddedFile>,
-        added: Vec<AddedFile>,
+        removed: Vec<FileRows>,
+        added: Vec<FileRows>,
     ) -> Result<Vec<NewSegment>, SyncError> {
         let snapshot_id = self.snapshot.snapshot_id();
         let shuffle = Shuffle {

@@ -11,8 +11,8 @@ use super::rewrite::Rewrite;
 use crate::catalog::{
     CatalogCache, CatalogConfig, CatalogError, StorageFault, parse_ident, storage_cause,
 };
-use crate::changelog::{self, AddedFile, LineageError, PlanError, SnapshotPlan};
-use crate::changes::{ChangeStore, ChangeStoreError};
+use crate::changelog::{self, FileRows, LineageError, PlanError, SnapshotPlan};
+use crate::changes::{ChangeStore, ChangeStoreError, ReadSchema};
 use crate::config::SchedulerSettings;
 use crate::store::{Lease, NewChangeSet, NewSegment, PollOutcome, SourceTable, Store, StoreError};
 
@@ -160,13 +160,15 @@ impl TableSync<'_> {
         Ok(outcome(&pending.head, &[]))
     }
 
-    /// Copies added data files as `inserts` segments, concurrently but in order.
+    /// Copies added data files as `inserts` segments, concurrently but in order; a file
+    /// with deletes (in an export) is written with only its live rows.
     async fn copy_inserts(
         &self,
         table: &SourceTable,
         iceberg: &Table,
         snapshot_id: i64,
-        files: Vec<AddedFile>,
+        schema: &ReadSchema,
+        files: Vec<FileRows>,
     ) -> Result<Vec<NewSegment>, SyncError> {
         // Each copy owns what it needs, so copies run concurrently yet land in order.
         let copies = files
@@ -184,23 +186,41 @@ impl TableSync<'_> {
                     if stop.is_cancelled() {
                         return Err(SyncError::Abandoned);
                     }
-                    let stored = changes
-                        .copy_data_file(&file_io, &file.path, file.record_count, file.size, &key)
-                        .await
-                        .map_err(|e| copy_error(e, snapshot_id))?;
-                    Ok(NewSegment {
+                    let stored = if file.is_whole() {
+                        changes
+                            .copy_data_file(
+                                &file_io,
+                                &file.path,
+                                file.record_count,
+                                file.size,
+                                &key,
+                            )
+                            .await
+                    } else {
+                        changes.write_file_rows(&file_io, &file, schema, &key).await
+                    }
+                    .map_err(|e| copy_error(e, snapshot_id))?;
+                    if stored.rows == 0 {
+                        changes
+                            .delete(&key)
+                            .await
+                            .map_err(|e| copy_error(e, snapshot_id))?;
+                        return Ok(None);
+                    }
+                    Ok(Some(NewSegment {
                         event_count: stored.rows,
                         layout: "inserts",
                         path: stored.path,
                         size_bytes: stored.size,
-                    })
+                    }))
                 }
             })
             .collect::<Vec<_>>();
-        futures::stream::iter(copies)
+        let segments: Vec<Option<NewSegment>> = futures::stream::iter(copies)
             .buffered(self.settings.file_concurrency)
             .try_collect()
-            .await
+            .await?;
+        Ok(segments.into_iter().flatten().collect())
     }
 
     /// A published snapshot's tasks and shuffle files are no longer needed; what a
@@ -236,7 +256,9 @@ impl TableSync<'_> {
         let shuffled = matches!(plan, SnapshotPlan::Rewrite { .. });
         let segments = match plan {
             SnapshotPlan::Inserts(files) => {
-                self.copy_inserts(table, iceberg, snapshot_id, files)
+                let read = ReadSchema::new(schema)
+                    .map_err(|e| SyncError::Transient(format!("snapshot {snapshot_id}: {e}")))?;
+                self.copy_inserts(table, iceberg, snapshot_id, &read, files)
                     .await?
             }
             SnapshotPlan::Rewrite { removed, added } => {

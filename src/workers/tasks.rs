@@ -12,6 +12,7 @@ use super::heartbeat::Heartbeat;
 use super::shuffle::{MapTask, ReduceTask, run_map, run_reduce};
 use crate::catalog::{CatalogCache, CatalogConfig, StorageFault, parse_ident};
 use crate::changelog::read::read_data_file;
+use crate::changelog::{DeleteCache, FileRows};
 use crate::changes::json::{JsonOptions, RecordEncoder};
 use crate::changes::{ChangeStore, ChangeStoreError, ReadSchema};
 use crate::config::SchedulerSettings;
@@ -34,11 +35,12 @@ impl TaskError {
         TaskError::Retryable(e.to_string())
     }
 
-    /// A failure to read a table file: permanent when the file is gone, since the
-    /// metadata that names it will not change; retried otherwise (a new attempt reopens
-    /// the table, with fresh credentials).
+    /// A failure to read a table file: permanent when the file is gone or malformed,
+    /// since the metadata that names it will not change; retried otherwise (a new
+    /// attempt reopens the table, with fresh credentials).
     pub fn reading(e: ChangeStoreError) -> Self {
         match &e {
+            ChangeStoreError::Corrupt(_) => TaskError::Permanent(e.to_string()),
             ChangeStoreError::Source(source)
                 if StorageFault::of(source) == Some(StorageFault::NotFound) =>
             {
@@ -97,19 +99,19 @@ impl TaskContext {
         })
     }
 
-    /// Reads data files concurrently: the batches of each file, in file order.
+    /// Reads the rows of data files concurrently: the batches of each, in file order.
     pub async fn read_each_file(
         &self,
         opened: &Opened,
-        paths: &[String],
+        files: &[FileRows],
+        deletes: &DeleteCache,
     ) -> Result<Vec<Vec<RecordBatch>>, TaskError> {
-        let reads: Vec<_> = paths
+        let reads: Vec<_> = files
             .iter()
-            .map(|path| {
-                let (file_io, path, read) =
-                    (opened.file_io.clone(), path.clone(), opened.read.clone());
+            .map(|rows| {
+                let (file_io, read) = (opened.file_io.clone(), opened.read.clone());
                 async move {
-                    read_data_file(&file_io, &path, &read)
+                    read_data_file(&file_io, rows, &read, deletes)
                         .await
                         .map_err(TaskError::reading)
                 }

@@ -10,6 +10,7 @@ use arrow::row::{RowConverter, SortField};
 
 use super::files::{Partitioned, shuffled_schema, with_side};
 use super::{MapResult, MapTask, estimated_memory, shuffle_key, spill};
+use crate::changelog::DeleteCache;
 use crate::changelog::carryover::{Survivors, cancel_carryover};
 use crate::store::ClaimedTask;
 use crate::workers::tasks::{TaskContext, TaskError};
@@ -25,8 +26,9 @@ pub async fn run_map(
     let budget = ctx.map_memory_bytes;
     let mut out = Buckets::new(ctx, task, &schema, &map, budget)?;
     let spilled_partitions = if estimated_memory(map.input_bytes) <= budget {
-        let removed = ctx.read_each_file(&opened, &map.removed).await?;
-        let added = ctx.read_each_file(&opened, &map.added).await?;
+        let deletes = DeleteCache::default();
+        let removed = ctx.read_each_file(&opened, &map.removed, &deletes).await?;
+        let added = ctx.read_each_file(&opened, &map.added, &deletes).await?;
         for (removed, added) in map.split_groups(removed, added) {
             let (removed, added) = (removed.concat(), added.concat());
             out.push(cancel(&schema, removed, added).await?).await?;

@@ -19,15 +19,17 @@ pub use map::run_map;
 pub use reduce::run_reduce;
 
 use super::sync::SyncError;
-use crate::changelog::AddedFile;
+use crate::changelog::FileRows;
 use crate::store::{NewSegment, Store, TableId};
 
 /// Input of a map task: the removed and added files of whole partition groups.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct MapTask {
     pub schema_id: i32,
-    pub removed: Vec<String>,
-    pub added: Vec<String>,
+    #[serde(deserialize_with = "task_files")]
+    pub removed: Vec<FileRows>,
+    #[serde(deserialize_with = "task_files")]
+    pub added: Vec<FileRows>,
     /// Stored size of all those files, from the manifests.
     pub input_bytes: u64,
     /// Columns rows are hashed on (all columns when the table has no identifier).
@@ -62,6 +64,24 @@ impl MapTask {
             })
             .collect()
     }
+}
+
+/// A map task's files: tasks planned before merge-on-read support name whole files by
+/// path only.
+fn task_files<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<FileRows>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum TaskFile {
+        Path(String),
+        Rows(FileRows),
+    }
+    Ok(Vec::<TaskFile>::deserialize(d)?
+        .into_iter()
+        .map(|f| match f {
+            TaskFile::Path(path) => FileRows::whole(path, 0, 0, String::new()),
+            TaskFile::Rows(rows) => rows,
+        })
+        .collect())
 }
 
 /// The rows of one bucket (or spill partition) in a shuffle file: an Arrow IPC stream
@@ -129,8 +149,8 @@ impl Shuffle<'_> {
     /// returns the segments in order. Planning again after a failover is a no-op.
     pub async fn run(
         &self,
-        removed: Vec<AddedFile>,
-        added: Vec<AddedFile>,
+        removed: Vec<FileRows>,
+        added: Vec<FileRows>,
     ) -> Result<ShuffleOutcome, SyncError> {
         let stored = removed.iter().chain(&added).map(|f| f.size).sum();
         let buckets = bucket_count(self.buckets, stored, self.reduce_target_bytes);
@@ -149,14 +169,14 @@ impl Shuffle<'_> {
             .map(|f| (f, true))
             .chain(added.into_iter().map(|f| (f, false)))
         {
-            let group = groups.entry(f.group).or_insert_with(task);
+            let group = groups.entry(f.group.clone()).or_insert_with(task);
             group.input_bytes += f.size;
             let side = if is_removed {
                 &mut group.removed
             } else {
                 &mut group.added
             };
-            side.push(f.path);
+            side.push(f);
         }
         for group in groups.values_mut() {
             group.groups = vec![(group.removed.len(), group.added.len())];
@@ -384,6 +404,19 @@ mod tests {
     }
 
     #[test]
+    fn map_tasks_planned_before_delete_support_still_read() {
+        let task: MapTask = serde_json::from_value(serde_json::json!({
+            "schema_id": 0, "removed": ["r1"], "added": ["a1", "a2"],
+            "input_bytes": 3, "key": [0], "buckets": 4,
+        }))
+        .unwrap();
+        assert_eq!(task.removed[0].path, "r1");
+        assert!(task.added.iter().all(FileRows::is_whole));
+        let round_trip: MapTask = serde_json::from_value(to_json(&task)).unwrap();
+        assert_eq!(round_trip.added, task.added);
+    }
+
+    #[test]
     fn large_rewrites_get_more_buckets() {
         assert_eq!(bucket_count(64, 0, 64 << 20), 64);
         assert_eq!(bucket_count(64, 1 << 30, 64 << 20), 160);
@@ -391,10 +424,14 @@ mod tests {
         assert_eq!(bucket_count(5000, u64::MAX, 64 << 20), 5000);
     }
 
+    fn whole(path: &str) -> FileRows {
+        FileRows::whole(path.to_string(), 1, 1, String::new())
+    }
+
     fn group(files: &[&str], input_bytes: u64) -> MapTask {
         MapTask {
             schema_id: 0,
-            removed: files.iter().map(|f| f.to_string()).collect(),
+            removed: files.iter().map(|f| whole(f)).collect(),
             added: Vec::new(),
             input_bytes,
             key: vec![0],
@@ -417,7 +454,10 @@ mod tests {
         .collect();
         // 200 bytes of memory hold 20 stored bytes.
         let tasks = pack(groups, 200);
-        let files: Vec<Vec<String>> = tasks.iter().map(|t| t.removed.clone()).collect();
+        let files: Vec<Vec<&str>> = tasks
+            .iter()
+            .map(|t| t.removed.iter().map(|f| f.path.as_str()).collect())
+            .collect();
         assert_eq!(files, vec![vec!["a", "b"], vec!["c"], vec!["d", "e"]]);
         assert_eq!(tasks[0].input_bytes, 20);
         assert_eq!(tasks[0].groups, vec![(1, 0), (1, 0)]);
@@ -431,7 +471,7 @@ mod tests {
     #[test]
     fn packed_groups_split_back_into_their_files() {
         let mut task = group(&["r1", "r2", "r3"], 30);
-        task.added = vec!["a1".into(), "a2".into()];
+        task.added = vec![whole("a1"), whole("a2")];
         task.groups = vec![(2, 1), (0, 0), (1, 1)];
         let split = task.split_groups(vec!["r1", "r2", "r3"], vec!["a1", "a2"]);
         assert_eq!(

@@ -15,6 +15,7 @@ use futures::TryStreamExt;
 use super::files::{Partitioned, read_parts, shuffled_schema, split_sides, with_side};
 use super::map::{Buckets, cancel};
 use super::{BucketFile, MapTask, estimated_memory, shuffle_key};
+use crate::changelog::DeleteCache;
 use crate::changelog::carryover::{row_hash, whole_row_converter};
 use crate::changelog::read::stream_data_file;
 use crate::store::ClaimedTask;
@@ -43,9 +44,10 @@ pub(super) async fn cancel_spilled(
         shuffle_key(task.table_id, task.snapshot_id, &task.id, &name)
     };
     let mut runs = Partitioned::new(partitions);
-    for (side, paths) in [(0, &map.removed), (1, &map.added)] {
-        for path in paths {
-            let mut batches = stream_data_file(&opened.file_io, path, &opened.read)
+    let deletes = DeleteCache::default();
+    for (side, files) in [(0, &map.removed), (1, &map.added)] {
+        for rows in files {
+            let mut batches = stream_data_file(&opened.file_io, rows, &opened.read, &deletes)
                 .await
                 .map_err(TaskError::reading)?;
             while let Some(batch) = batches.try_next().await.map_err(TaskError::reading)? {

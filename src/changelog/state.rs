@@ -1,0 +1,411 @@
+//! Planning a snapshot of a table with delete files as the difference of two table
+//! states (MERGE_ON_READ §1.3–§1.4): the rows live in the parent and not in the snapshot
+//! are deleted, the rows live in the snapshot and not in the parent are inserted, by
+//! physical row. Per data file that is
+//! - an added file: its rows live under the snapshot's deletes;
+//! - a removed file: its rows live under the parent's deletes;
+//! - a surviving file whose applicable deletes changed: the rows the parent's deletes
+//!   leave and the snapshot's remove (and, for a commit that drops a delete without
+//!   replacing it, the reverse).
+//!
+//! Both states come from the snapshot's manifests alone: the parent's files are the
+//! snapshot's minus what it added plus what it removed (the removed entries carry full
+//! metadata), so a parent whose manifest list was expired can still be diffed.
+
+use std::collections::{BTreeMap, HashSet};
+
+use iceberg::spec::{DataContentType, DataFileFormat, ManifestList, ManifestStatus, SnapshotRef};
+use iceberg::table::Table;
+
+use super::deletes::{DataEntry, DeleteEntry, DeleteError, DeleteIndex, DeleteRef, Scope};
+use super::{FileRows, PlanError, SnapshotPlan, unreadable};
+
+/// The content files of a snapshot: what is live in it and what it changed.
+#[derive(Debug, Default)]
+struct Entries {
+    data: BTreeMap<String, DataEntry>,
+    deletes: Vec<DeleteEntry>,
+    added_data: Vec<String>,
+    removed_data: Vec<DataEntry>,
+    added_deletes: HashSet<String>,
+    removed_deletes: Vec<DeleteEntry>,
+}
+
+/// Plans `snapshot`, whose manifest `list` has delete manifests.
+pub(super) async fn plan_with_deletes(
+    table: &Table,
+    snapshot: &SnapshotRef,
+    list: &ManifestList,
+) -> Result<SnapshotPlan, PlanError> {
+    let entries = match load(table, snapshot, list).await? {
+        Ok(entries) => entries,
+        Err(reason) => return Ok(SnapshotPlan::Unsupported(reason)),
+    };
+    Ok(diff(&entries).unwrap_or_else(|e| SnapshotPlan::Unsupported(e.to_string())))
+}
+
+/// The live rows of `snapshot`, whose manifest `list` has delete manifests.
+pub(super) async fn plan_export_with_deletes(
+    table: &Table,
+    snapshot: &SnapshotRef,
+    list: &ManifestList,
+) -> Result<SnapshotPlan, PlanError> {
+    let entries = match load(table, snapshot, list).await? {
+        Ok(entries) => entries,
+        Err(reason) => return Ok(SnapshotPlan::Unsupported(reason)),
+    };
+    let index = DeleteIndex::new(&entries.deletes);
+    let files: Result<Vec<FileRows>, DeleteError> = entries
+        .data
+        .values()
+        .map(|f| Ok(rows(f, index.applicable(f)?, None)))
+        .collect();
+    Ok(match files {
+        Ok(files) => SnapshotPlan::Inserts(files),
+        Err(e) => SnapshotPlan::Unsupported(e.to_string()),
+    })
+}
+
+/// The change of the parent's state into the snapshot's.
+fn diff(entries: &Entries) -> Result<SnapshotPlan, DeleteError> {
+    let added: HashSet<&str> = entries.added_data.iter().map(String::as_str).collect();
+    let parent_deletes: Vec<&DeleteEntry> = entries
+        .deletes
+        .iter()
+        .filter(|d| !entries.added_deletes.contains(d.delete.path()))
+        .chain(&entries.removed_deletes)
+        .collect();
+    let (now, before) = (
+        DeleteIndex::new(&entries.deletes),
+        DeleteIndex::new(parent_deletes),
+    );
+
+    let mut inserted = Vec::new();
+    for path in &entries.added_data {
+        let file = &entries.data[path];
+        inserted.push(rows(file, now.applicable(file)?, None));
+    }
+    let mut deleted = Vec::new();
+    for file in &entries.removed_data {
+        deleted.push(rows(file, before.applicable(file)?, None));
+    }
+    // Only files a changed delete can reach may have lost or regained rows.
+    let changed: Vec<&DeleteEntry> = entries
+        .deletes
+        .iter()
+        .filter(|d| entries.added_deletes.contains(d.delete.path()))
+        .chain(&entries.removed_deletes)
+        .collect();
+    let global = changed.iter().any(|d| is_equality(d) && d.global);
+    let scopes: HashSet<&Scope> = changed.iter().map(|d| &d.scope).collect();
+    let referenced: HashSet<&str> = changed
+        .iter()
+        .filter_map(|d| d.referenced.as_deref())
+        .collect();
+    let surviving = entries.data.values().filter(|f| {
+        !added.contains(f.path.as_str())
+            && (global || scopes.contains(&f.scope) || referenced.contains(f.path.as_str()))
+    });
+    for file in surviving {
+        let (then, now) = (before.applicable(file)?, now.applicable(file)?);
+        if then == now {
+            continue;
+        }
+        if !is_subset(&now, &then) {
+            deleted.push(rows(file, then.clone(), Some(now.clone())));
+        }
+        if !is_subset(&then, &now) {
+            // A delete dropped without a replacement brings rows back.
+            inserted.push(rows(file, now, Some(then)));
+        }
+    }
+
+    let whole = deleted.is_empty() && inserted.iter().all(FileRows::is_whole);
+    Ok(if whole {
+        SnapshotPlan::Inserts(inserted)
+    } else {
+        SnapshotPlan::Rewrite {
+            removed: deleted,
+            added: inserted,
+        }
+    })
+}
+
+fn is_equality(d: &DeleteEntry) -> bool {
+    matches!(d.delete, DeleteRef::Equality { .. })
+}
+
+/// Whether every delete of sorted `a` is in sorted `b`.
+fn is_subset(a: &[DeleteRef], b: &[DeleteRef]) -> bool {
+    a.iter().all(|d| b.binary_search(d).is_ok())
+}
+
+fn rows(
+    file: &DataEntry,
+    deletes: Vec<DeleteRef>,
+    only_deleted_by: Option<Vec<DeleteRef>>,
+) -> FileRows {
+    FileRows {
+        deletes,
+        only_deleted_by,
+        ..FileRows::whole(
+            file.path.clone(),
+            file.record_count,
+            file.size,
+            format!("{}:{}", file.scope.spec_id, file.scope.partition),
+        )
+    }
+}
+
+/// Reads every manifest of `snapshot`: its live files and the ones it added or removed.
+/// The inner error says why the snapshot cannot be read.
+async fn load(
+    table: &Table,
+    snapshot: &SnapshotRef,
+    list: &ManifestList,
+) -> Result<Result<Entries, String>, PlanError> {
+    let id = snapshot.snapshot_id();
+    let metadata = table.metadata();
+    let mut entries = Entries::default();
+    for manifest in list.entries() {
+        let loaded = manifest
+            .load_manifest(table.file_io())
+            .await
+            .map_err(|source| PlanError::Iceberg {
+                snapshot: id,
+                source,
+            })?;
+        let spec_id = manifest.partition_spec_id;
+        let global = metadata
+            .partition_spec_by_id(spec_id)
+            .is_some_and(|spec| spec.is_unpartitioned());
+        let written_here = manifest.added_snapshot_id == id;
+        for entry in loaded.entries() {
+            let by_this = written_here && entry.snapshot_id() == Some(id);
+            let (added, removed) = match entry.status() {
+                ManifestStatus::Added => (by_this, false),
+                ManifestStatus::Deleted if by_this => (false, true),
+                ManifestStatus::Deleted => continue,
+                ManifestStatus::Existing => (false, false),
+            };
+            let file = entry.data_file();
+            let scope = Scope {
+                spec_id,
+                partition: format!("{:?}", file.partition()),
+            };
+            let sequence = entry.sequence_number().unwrap_or(0);
+            let path = entry.file_path().to_string();
+            if entry.content_type() == DataContentType::Data {
+                if let Some(reason) = unreadable(entry.file_format()) {
+                    return Ok(Err(reason));
+                }
+                let data = DataEntry {
+                    path: path.clone(),
+                    record_count: entry.record_count(),
+                    size: entry.file_size_in_bytes(),
+                    scope,
+                    sequence,
+                };
+                if removed {
+                    entries.removed_data.push(data);
+                } else {
+                    if added {
+                        entries.added_data.push(path.clone());
+                    }
+                    entries.data.insert(path, data);
+                }
+                continue;
+            }
+            let delete = match delete_ref(entry.content_type(), file) {
+                Ok(delete) => delete,
+                Err(reason) => return Ok(Err(reason)),
+            };
+            let delete = DeleteEntry {
+                delete,
+                scope,
+                sequence,
+                referenced: file.referenced_data_file(),
+                global,
+            };
+            if removed {
+                entries.removed_deletes.push(delete);
+            } else {
+                if added {
+                    entries.added_deletes.insert(path);
+                }
+                entries.deletes.push(delete);
+            }
+        }
+    }
+    Ok(Ok(entries))
+}
+
+/// How a delete file is read, or why it cannot be.
+fn delete_ref(
+    content: DataContentType,
+    file: &iceberg::spec::DataFile,
+) -> Result<DeleteRef, String> {
+    let path = file.file_path().to_string();
+    match (content, file.file_format()) {
+        (DataContentType::PositionDeletes, DataFileFormat::Puffin) => {
+            match (file.content_offset(), file.content_size_in_bytes()) {
+                (Some(offset), Some(length)) if offset >= 0 && length > 0 => {
+                    Ok(DeleteRef::Vector {
+                        path,
+                        offset: offset as u64,
+                        length: length as u64,
+                        cardinality: file.record_count(),
+                    })
+                }
+                _ => Err(format!(
+                    "deletion vector {path} has no valid content offset and size in its manifest entry"
+                )),
+            }
+        }
+        (DataContentType::PositionDeletes, DataFileFormat::Parquet) => {
+            Ok(DeleteRef::Positions { path })
+        }
+        (DataContentType::EqualityDeletes, DataFileFormat::Parquet) => match file.equality_ids() {
+            Some(field_ids) if !field_ids.is_empty() => Ok(DeleteRef::Equality { path, field_ids }),
+            _ => Err(format!(
+                "equality delete file {path} names no equality field ids"
+            )),
+        },
+        (_, format) => Err(format!(
+            "it has {format:?} delete files ({path}); only Parquet delete files and deletion vectors can be read"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scope() -> Scope {
+        Scope {
+            spec_id: 0,
+            partition: "p".into(),
+        }
+    }
+
+    fn data(path: &str, sequence: i64) -> DataEntry {
+        DataEntry {
+            path: path.into(),
+            record_count: 3,
+            size: 30,
+            scope: scope(),
+            sequence,
+        }
+    }
+
+    fn vector(path: &str, sequence: i64, file: &str) -> DeleteEntry {
+        DeleteEntry {
+            delete: DeleteRef::Vector {
+                path: path.into(),
+                offset: 4,
+                length: 30,
+                cardinality: 1,
+            },
+            scope: scope(),
+            sequence,
+            referenced: Some(file.into()),
+            global: false,
+        }
+    }
+
+    /// A snapshot at sequence 2 over a parent whose data file `f1` is live.
+    fn entries(
+        live_deletes: Vec<DeleteEntry>,
+        added: &[&str],
+        removed: Vec<DeleteEntry>,
+    ) -> Entries {
+        Entries {
+            data: [("f1".to_string(), data("f1", 1))].into_iter().collect(),
+            added_deletes: added.iter().map(|p| p.to_string()).collect(),
+            deletes: live_deletes,
+            removed_deletes: removed,
+            ..Entries::default()
+        }
+    }
+
+    fn refs(deletes: &[&DeleteEntry]) -> Vec<DeleteRef> {
+        deletes.iter().map(|d| d.delete.clone()).collect()
+    }
+
+    #[test]
+    fn a_replaced_vector_deletes_what_the_new_one_adds_and_nothing_comes_back() {
+        // P4: DV1 replaced by DV2 in one commit.
+        let (dv1, dv2) = (vector("dv1", 1, "f1"), vector("dv2", 2, "f1"));
+        let plan = diff(&entries(vec![dv2.clone()], &["dv2"], vec![dv1.clone()])).unwrap();
+        let SnapshotPlan::Rewrite { removed, added } = plan else {
+            panic!("{plan:?}")
+        };
+        assert_eq!((removed.len(), added.len()), (1, 1), "{removed:?} {added:?}");
+        assert_eq!(removed[0].deletes, refs(&[&dv1]));
+        assert_eq!(removed[0].only_deleted_by, Some(refs(&[&dv2])));
+        // The reverse view: rows DV1 removed that DV2 no longer does (resurrection).
+        assert_eq!(added[0].deletes, refs(&[&dv2]));
+        assert_eq!(added[0].only_deleted_by, Some(refs(&[&dv1])));
+    }
+
+    #[test]
+    fn an_added_delete_reads_only_the_newly_deleted_rows() {
+        // P1: a first vector on a surviving file.
+        let dv = vector("dv", 2, "f1");
+        let plan = diff(&entries(vec![dv.clone()], &["dv"], vec![])).unwrap();
+        let SnapshotPlan::Rewrite { removed, added } = plan else {
+            panic!("{plan:?}")
+        };
+        assert!(added.is_empty());
+        assert_eq!(removed.len(), 1);
+        assert!(removed[0].deletes.is_empty());
+        assert_eq!(removed[0].only_deleted_by, Some(refs(&[&dv])));
+    }
+
+    #[test]
+    fn a_removed_file_is_read_with_the_parents_deletes() {
+        // S7 / D4: the data file and its vector removed together.
+        let dv = vector("dv", 1, "f1");
+        let mut entries = entries(vec![], &[], vec![dv.clone()]);
+        let f1 = entries.data.remove("f1").unwrap();
+        entries.removed_data.push(f1);
+        let SnapshotPlan::Rewrite { removed, added } = diff(&entries).unwrap() else {
+            panic!()
+        };
+        assert!(added.is_empty());
+        assert_eq!(removed[0].deletes, refs(&[&dv]));
+        assert_eq!(removed[0].only_deleted_by, None);
+    }
+
+    #[test]
+    fn an_append_on_a_table_with_deletes_is_copied_and_a_file_added_with_its_deletes_is_read() {
+        // R3: the old file's live vector changes nothing.
+        let mut appended = entries(vec![vector("dv", 1, "f1")], &[], vec![]);
+        appended.data.insert("f2".into(), data("f2", 2));
+        appended.added_data.push("f2".into());
+        let SnapshotPlan::Inserts(files) = diff(&appended).unwrap() else {
+            panic!()
+        };
+        assert_eq!(files.len(), 1);
+        assert!(files[0].is_whole());
+        // P8: a file added with a vector on it in the same commit.
+        let dv = vector("dv2", 2, "f2");
+        appended.deletes.push(dv.clone());
+        appended.added_deletes.insert("dv2".into());
+        let SnapshotPlan::Rewrite { removed, added } = diff(&appended).unwrap() else {
+            panic!()
+        };
+        assert!(removed.is_empty());
+        assert_eq!(added[0].deletes, refs(&[&dv]));
+    }
+
+    #[test]
+    fn an_unchanged_delete_set_reads_nothing() {
+        // A commit that only rewrites manifests.
+        let dv = vector("dv", 1, "f1");
+        let SnapshotPlan::Inserts(files) = diff(&entries(vec![dv], &[], vec![])).unwrap() else {
+            panic!()
+        };
+        assert!(files.is_empty());
+    }
+}
