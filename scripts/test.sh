@@ -4,7 +4,7 @@
 # Makes sure the services the tests need are there (a local PostgreSQL via
 # scripts/postgres.sh, the pyiceberg virtualenv via scripts/python-env.sh, the
 # Iceberg REST fixture server via scripts/rest-fixture.sh, an OpenSearch node via
-# scripts/opensearch.sh),
+# scripts/opensearch.sh, pyspark and the Iceberg Spark runtime jar via scripts/spark.sh),
 # then runs `cargo test --locked "$@"`.
 #
 # Environment:
@@ -12,6 +12,12 @@
 #   ICEFEED_TEST_PYTHON        set it to use another Python (skips python-env.sh)
 #   ICEFEED_TEST_REST_FIXTURE  classpath of the REST fixture server (skips rest-fixture.sh)
 #   ICEFEED_TEST_HIVE_METASTORE  classpath of the Hive metastore test server (skips hive-metastore.sh)
+#   ICEFEED_TEST_ICEBERG_WRITER  command running the Iceberg Java writer of the merge-on-read
+#                              tests (skips iceberg-writer.sh)
+#   ICEFEED_TEST_SPARK_JAR     the Iceberg Spark runtime jar of the Spark differential test
+#                              (tests/it/spark.rs; skips spark.sh, which also puts pyspark in
+#                              the venv); ICEFEED_SPARK_SEEDS and ICEFEED_SPARK_COW_SEEDS pick
+#                              its merge-on-read and copy-on-write seeds
 #   ICEFEED_TEST_OPENSEARCH_URL  set it to test against another OpenSearch (skips opensearch.sh)
 #   ICEFEED_TEST_S3_URL        set it (and ICEFEED_TEST_S3_REST_URL, ICEFEED_TEST_WEED: the
 #                              `weed` binary) to test against another SeaweedFS (skips
@@ -38,6 +44,12 @@ fi
 if [[ -z ${ICEFEED_TEST_HIVE_METASTORE:-} ]]; then
     ICEFEED_TEST_HIVE_METASTORE=$(scripts/hive-metastore.sh)
 fi
+if [[ -z ${ICEFEED_TEST_ICEBERG_WRITER:-} ]]; then
+    ICEFEED_TEST_ICEBERG_WRITER=$(scripts/iceberg-writer.sh)
+fi
+if [[ -z ${ICEFEED_TEST_SPARK_JAR:-} ]]; then
+    ICEFEED_TEST_SPARK_JAR=$(scripts/spark.sh)
+fi
 if [[ -z ${ICEFEED_TEST_OPENSEARCH_URL:-} ]]; then
     ICEFEED_TEST_OPENSEARCH_URL=$(scripts/opensearch.sh)
 fi
@@ -47,8 +59,9 @@ if [[ -z ${ICEFEED_TEST_S3_URL:-} ]]; then
     ICEFEED_TEST_WEED=$(scripts/seaweedfs.sh --binary)
 fi
 export ICEFEED_TEST_DATABASE_URL ICEFEED_TEST_PYTHON ICEFEED_TEST_REST_FIXTURE ICEFEED_TEST_OPENSEARCH_URL
-export ICEFEED_TEST_HIVE_METASTORE
+export ICEFEED_TEST_HIVE_METASTORE ICEFEED_TEST_ICEBERG_WRITER
 export ICEFEED_TEST_S3_URL ICEFEED_TEST_S3_REST_URL ICEFEED_TEST_WEED
+export ICEFEED_TEST_SPARK_JAR
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/icefeed/target}
 export RUST_BACKTRACE=${RUST_BACKTRACE:-1}
 
@@ -56,6 +69,7 @@ echo "test.sh: database $ICEFEED_TEST_DATABASE_URL" >&2
 echo "test.sh: python   $ICEFEED_TEST_PYTHON" >&2
 echo "test.sh: opensearch $ICEFEED_TEST_OPENSEARCH_URL" >&2
 echo "test.sh: s3       $ICEFEED_TEST_S3_URL (REST catalog $ICEFEED_TEST_S3_REST_URL)" >&2
+echo "test.sh: spark    $ICEFEED_TEST_SPARK_JAR" >&2
 echo "test.sh: target   $CARGO_TARGET_DIR" >&2
 
 exec cargo test --locked "$@"

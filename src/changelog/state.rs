@@ -340,7 +340,11 @@ mod tests {
         let SnapshotPlan::Rewrite { removed, added } = plan else {
             panic!("{plan:?}")
         };
-        assert_eq!((removed.len(), added.len()), (1, 1), "{removed:?} {added:?}");
+        assert_eq!(
+            (removed.len(), added.len()),
+            (1, 1),
+            "{removed:?} {added:?}"
+        );
         assert_eq!(removed[0].deletes, refs(&[&dv1]));
         assert_eq!(removed[0].only_deleted_by, Some(refs(&[&dv2])));
         // The reverse view: rows DV1 removed that DV2 no longer does (resurrection).

@@ -1,6 +1,8 @@
 //! Integration tests: a real PostgreSQL, real Iceberg tables, real HTTP.
 
 mod catalogs;
+mod diffing;
+mod equality_deletes;
 mod errors;
 mod fault_proxy;
 mod feed;
@@ -15,6 +17,7 @@ mod pyiceberg;
 mod retention;
 mod s3;
 mod sdk;
+mod spark;
 mod stream;
 mod subscriptions;
 mod support;

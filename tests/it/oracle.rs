@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use arrow::array::{Array, ArrayRef, AsArray, Int32Array, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Int32Type, Int64Type};
@@ -30,6 +30,7 @@ use rand::seq::{IndexedRandom, SliceRandom};
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 
+use crate::diffing::{change, compare_feed, diff, parse_seeds, seeds_in};
 use crate::support::{Node, Warehouse, fresh_database, test_settings};
 
 /// Seeds run when `ICEFEED_ORACLE_SEEDS` is unset: two of each table shape.
@@ -300,72 +301,6 @@ async fn scan_state(table: &Table, snapshot_id: i64) -> Vec<Value> {
 // The oracle
 // ---------------------------------------------------------------------------------------
 
-/// One change, normalized for comparison: `[op, key, before, after]` as JSON text (absent
-/// members are null). Order within a change set is not part of the contract.
-fn change(op: &str, key: &Value, before: &Value, after: &Value) -> String {
-    serde_json::to_string(&json!([op, key, before, after])).unwrap()
-}
-
-fn key_of(row: &Value, key_columns: &[&str]) -> Value {
-    let mut key = serde_json::Map::new();
-    for c in key_columns {
-        key.insert(c.to_string(), row[*c].clone());
-    }
-    Value::Object(key)
-}
-
-/// What turning `prev` into `cur` must publish: by key with identifier columns (changed
-/// row: update, missing: delete, new: insert), as multisets without (deletes and inserts).
-fn diff(prev: &[Value], cur: &[Value], key_columns: &[&str]) -> Vec<String> {
-    let mut out = Vec::new();
-    if key_columns.is_empty() {
-        let mut counts: BTreeMap<String, (i64, Value)> = BTreeMap::new();
-        for (rows, sign) in [(prev, -1), (cur, 1)] {
-            for row in rows {
-                let entry = counts
-                    .entry(serde_json::to_string(row).unwrap())
-                    .or_insert((0, row.clone()));
-                entry.0 += sign;
-            }
-        }
-        for (count, row) in counts.values() {
-            for _ in 0..count.unsigned_abs() {
-                if *count < 0 {
-                    out.push(change("delete", &Value::Null, row, &Value::Null));
-                } else {
-                    out.push(change("insert", &Value::Null, &Value::Null, row));
-                }
-            }
-        }
-    } else {
-        let index = |rows: &[Value]| {
-            let mut map = BTreeMap::new();
-            for row in rows {
-                let key = key_of(row, key_columns);
-                let previous = map.insert(serde_json::to_string(&key).unwrap(), (key, row.clone()));
-                assert!(previous.is_none(), "duplicate key in one state: {row}");
-            }
-            map
-        };
-        let before = index(prev);
-        let after = index(cur);
-        for (k, (key, old)) in &before {
-            match after.get(k) {
-                None => out.push(change("delete", key, old, &Value::Null)),
-                Some((_, new)) if new != old => out.push(change("update", key, old, new)),
-                Some(_) => {}
-            }
-        }
-        for (k, (key, new)) in &after {
-            if !before.contains_key(k) {
-                out.push(change("insert", key, &Value::Null, new));
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 /// The oracle's change set of every snapshot of `model`, oldest first, from scans.
 pub(crate) async fn oracle(model: &Model) -> Vec<(i64, Vec<String>)> {
     let key_columns: &[&str] = if model.identifier { &["id"] } else { &[] };
@@ -403,90 +338,16 @@ pub(crate) async fn register(node: &Node, wh: &Warehouse, model: &Model) -> Stri
 /// Waits until icefeed published `model`'s last snapshot, then compares every snapshot's
 /// events with the oracle.
 pub(crate) async fn compare(node: &Node, id: &str, model: &Model, expected: &[(i64, Vec<String>)]) {
-    let last = model.snapshots.last().unwrap().0;
-    let label = |snapshot: Option<i64>| {
-        model
-            .snapshots
-            .iter()
-            .position(|s| Some(s.0) == snapshot)
-            .map_or("?".to_string(), |i| {
-                format!("#{} {}", i + 1, model.snapshots[i].1)
-            })
-    };
-    let start = Instant::now();
-    loop {
-        let (_, t) = node.get(&format!("/v1/tables/{id}")).await;
-        if t["state"] == "error" {
-            panic!(
-                "icefeed put {} in the error state at snapshot {} ({}): {}",
-                model.name,
-                t["error_snapshot_id"],
-                label(t["error_snapshot_id"].as_i64()),
-                t["last_error"]
-            );
-        }
-        if t["checkpoint"]["snapshot_id"].as_i64() == Some(last) {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "icefeed did not reach snapshot {last} of {}: {t}",
-            model.name
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-
-    let (events, _) = node.all_events(id, None, 500).await;
     let sequence: HashMap<i64, i64> = model
         .table
         .metadata()
         .snapshots()
         .map(|s| (s.snapshot_id(), s.sequence_number()))
         .collect();
-    let mut got: HashMap<i64, Vec<String>> = HashMap::new();
-    for e in &events {
-        let snapshot = e["snapshot_id"].as_i64().expect("snapshot_id");
-        assert_eq!(
-            e["sequence_number"].as_i64(),
-            sequence.get(&snapshot).copied(),
-            "event of an unknown snapshot or with a wrong sequence number: {e}"
-        );
-        let member = |name: &str| e.get(name).cloned().unwrap_or(Value::Null);
-        got.entry(snapshot).or_default().push(change(
-            e["op"].as_str().expect("op"),
-            &member("key"),
-            &member("before"),
-            &member("after"),
-        ));
+    let compared = compare_feed(node, id, &model.name, &model.snapshots, &sequence, expected).await;
+    if let Err(failure) = compared {
+        panic!("{failure}");
     }
-    let mut failures = Vec::new();
-    for (i, (snapshot, want)) in expected.iter().enumerate() {
-        let mut have = got.remove(snapshot).unwrap_or_default();
-        have.sort();
-        if &have != want {
-            let missing: Vec<&String> = want.iter().filter(|c| !have.contains(c)).collect();
-            let extra: Vec<&String> = have.iter().filter(|c| !want.contains(c)).collect();
-            failures.push(format!(
-                "snapshot #{} {} ({}): oracle {} changes, icefeed {}\n  missing: {missing:?}\n  unexpected: {extra:?}",
-                i + 1,
-                snapshot,
-                model.snapshots[i].1,
-                want.len(),
-                have.len()
-            ));
-        }
-    }
-    assert!(
-        got.is_empty(),
-        "events of snapshots the history does not have: {:?}",
-        got.keys()
-    );
-    assert!(
-        failures.is_empty(),
-        "{}: icefeed's change sets differ from the oracle's:\n{}",
-        model.name,
-        failures.join("\n")
-    );
 }
 
 /// Runs `f`, naming `seed` and how to rerun it when it panics.
@@ -505,28 +366,6 @@ async fn with_seed<T>(seed: u64, f: impl Future<Output = T>) -> T {
 
 fn seeds() -> Vec<u64> {
     seeds_in("ICEFEED_ORACLE_SEEDS").unwrap_or_else(|| DEFAULT_SEEDS.collect())
-}
-
-/// The seeds the environment variable `var` names, if it is set.
-fn seeds_in(var: &str) -> Option<Vec<u64>> {
-    let spec = std::env::var(var).ok()?;
-    let seeds = parse_seeds(&spec)
-        .unwrap_or_else(|| panic!("{var}={spec:?}: use `7`, `1..20`, `1..=20` or `3,5,9`"));
-    Some(seeds)
-}
-
-fn parse_seeds(spec: &str) -> Option<Vec<u64>> {
-    let spec = spec.trim();
-    if let Some((a, b)) = spec.split_once("..=") {
-        return Some((a.trim().parse().ok()?..=b.trim().parse().ok()?).collect());
-    }
-    if let Some((a, b)) = spec.split_once("..") {
-        return Some((a.trim().parse().ok()?..b.trim().parse().ok()?).collect());
-    }
-    spec.split(',')
-        .map(|s| s.trim().parse().ok())
-        .collect::<Option<Vec<u64>>>()
-        .filter(|v| !v.is_empty())
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Makes sure the Spark differential test (tests/it/spark.rs, tests/python/spark_writer.py)
+# can run Apache Spark 3.5 with Iceberg, and prints the Iceberg Spark runtime jar's path:
+#   - pyspark 3.5 in the test virtualenv: it is in tests/python/requirements.txt, so
+#     scripts/python-env.sh installs it (${ICEFEED_VENV:-$HOME/.cache/icefeed/venv}); or in
+#     ICEFEED_TEST_PYTHON when that is set;
+#   - a Java runtime (Spark 3.5 runs on Java 17): a JDK 17 and Maven from Debian's
+#     packages when `java` or `mvn` is missing;
+#   - org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:${ICEFEED_ICEBERG_SPARK_VERSION:-1.10.2}
+#     in the local Maven repository ${ICEFEED_M2_REPOSITORY:-$HOME/.m2/repository}, outside
+#     the clone, fetched with `mvn dependency:get` the first time and checked against its
+#     .sha1.
+# Idempotent; when all is there it only checks (about a second). The test takes the jar
+# from ICEFEED_TEST_SPARK_JAR, which scripts/test.sh sets from this script.
+# Stdout: the jar's path only; progress goes to stderr.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+VERSION=${ICEFEED_ICEBERG_SPARK_VERSION:-1.10.2}
+M2=${ICEFEED_M2_REPOSITORY:-$HOME/.m2/repository}
+ARTIFACT=iceberg-spark-runtime-3.5_2.12
+JAR="$M2/org/apache/iceberg/$ARTIFACT/$VERSION/$ARTIFACT-$VERSION.jar"
+
+log() { echo "spark.sh: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# The Python the tests run the writer with: ICEFEED_TEST_PYTHON when set, else the venv.
+PY=${ICEFEED_TEST_PYTHON:-$(scripts/python-env.sh)}
+pyspark=$("$PY" -c 'import pyspark; print(pyspark.__version__)' 2>/dev/null) \
+    || die "$PY cannot import pyspark (tests/python/requirements.txt has it: scripts/python-env.sh installs it)"
+[[ $pyspark == 3.5.* ]] || die "pyspark $pyspark in $PY; the Iceberg runtime $ARTIFACT needs Spark 3.5"
+
+if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
+    [[ $EUID -eq 0 ]] || die "no java or mvn on PATH (install a JDK 17 and Maven)"
+    log "installing a Java 17 JDK and Maven (Debian packages)"
+    apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q openjdk-17-jdk-headless maven >/dev/null
+fi
+
+# The jar is whole when its SHA-1 is the one Maven Central published beside it.
+whole() {
+    [[ -s $JAR && -s $JAR.sha1 ]] \
+        && [[ $(sha1sum "$JAR" | cut -d' ' -f1) == "$(cut -c1-40 "$JAR.sha1")" ]]
+}
+
+# A stamp keeps the fast path from hashing 47 MB every time.
+STAMP="$JAR.icefeed-checked"
+if [[ -f $STAMP && -s $JAR && ! $JAR -nt $STAMP ]]; then
+    echo "$JAR"
+    exit 0
+fi
+
+mkdir -p "$HOME/.cache/icefeed"
+exec 9>"$HOME/.cache/icefeed/spark.lock"
+flock 9
+if ! whole; then
+    start=$SECONDS
+    log "fetching org.apache.iceberg:$ARTIFACT:$VERSION into $M2"
+    rm -f "$JAR" "$JAR.sha1"
+    mvn_log=$(mktemp)
+    if ! mvn -q -B -Dstyle.color=never -Dmaven.repo.local="$M2" dependency:get \
+        -Dartifact="org.apache.iceberg:$ARTIFACT:$VERSION" -Dtransitive=false >"$mvn_log" 2>&1; then
+        cat "$mvn_log" >&2
+        rm -f "$mvn_log"
+        die "mvn could not fetch org.apache.iceberg:$ARTIFACT:$VERSION"
+    fi
+    rm -f "$mvn_log"
+    whole || die "$JAR is missing or does not match its .sha1 after the download"
+    log "fetched in $((SECONDS - start)) s"
+fi
+"$PY" - "$JAR" <<'EOF' || die "$JAR holds no Iceberg SparkCatalog"
+import sys, zipfile
+names = set(zipfile.ZipFile(sys.argv[1]).namelist())
+sys.exit(0 if "org/apache/iceberg/spark/SparkCatalog.class" in names else 1)
+EOF
+touch "$STAMP"
+log "pyspark $pyspark, $(java -version 2>&1 | head -1), Iceberg runtime $JAR"
+echo "$JAR"

@@ -1,0 +1,458 @@
+//! A differential test against Apache Spark, the reference Iceberg writer. Seeded random
+//! histories are written by Spark 3.5 with Iceberg 1.10 (tests/python/spark_writer.py):
+//! INSERT, UPDATE of scattered rows, UPDATE moving rows to another partition, no-op
+//! UPDATE (`SET c = c`), DELETE of rows and of whole partitions, MERGE INTO with
+//! matched-update, matched-delete and not-matched-insert, `rewrite_data_files` and
+//! `rewrite_position_delete_files`, on tables of format version 2 (position delete files,
+//! `write.delete.granularity` file or partition) and 3 (deletion vectors), partitioned
+//! and not, with identifier field `id`. Merge-on-read histories switch a write mode to
+//! copy-on-write and back now and then; copy-on-write histories never use merge-on-read.
+//!
+//! The oracle knows nothing of icefeed: after every commit the writer reads the table
+//! state through Spark (`VERSION AS OF`, checked against a plain model of the rows), and
+//! this test diffs consecutive states by key (`diffing::diff`). icefeed, registered with
+//! the `filesystem` catalog on Spark's Hadoop warehouse and `"start": "earliest"`, must
+//! publish exactly those changes, snapshot by snapshot; a `replace` snapshot none.
+//!
+//! `ICEFEED_SPARK_SEEDS` (merge-on-read, default 1..=4) and `ICEFEED_SPARK_COW_SEEDS`
+//! (copy-on-write only, default 1..=2) pick the seeds, with the syntax of
+//! `ICEFEED_ORACLE_SEEDS`; an empty value runs none. A seed's low bits choose the table
+//! (bit 0 partitioned, bit 1 format v3, bit 2 granularity `partition` on v2), so 1..=8
+//! covers every shape. Both tests share one writer run (one Spark session: its start is
+//! slow). Needs `ICEFEED_TEST_PYTHON` with pyspark and `ICEFEED_TEST_SPARK_JAR`, the
+//! Iceberg Spark runtime jar that scripts/spark.sh prints; scripts/test.sh sets both.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::diffing::{compare_feed, diff, seeds_in};
+use crate::support::{KillOnDrop, Node};
+
+/// Merge-on-read seeds run when `ICEFEED_SPARK_SEEDS` is unset: v2 and v3, partitioned
+/// and not.
+const DEFAULT_SEEDS: std::ops::RangeInclusive<u64> = 1..=4;
+/// Copy-on-write seeds run when `ICEFEED_SPARK_COW_SEEDS` is unset.
+const DEFAULT_COW_SEEDS: std::ops::RangeInclusive<u64> = 1..=2;
+/// The writer is stopped after this long.
+const WRITER_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+// ---------------------------------------------------------------------------------------
+// The writer's document (see tests/python/spark_writer.py)
+// ---------------------------------------------------------------------------------------
+
+#[derive(Deserialize)]
+struct Document {
+    spark: String,
+    iceberg: String,
+    seconds: f64,
+    histories: Vec<History>,
+}
+
+#[derive(Deserialize)]
+struct History {
+    seed: u64,
+    mode: String,
+    table: String,
+    location: String,
+    format_version: u8,
+    partitioned: bool,
+    granularity: String,
+    seconds: f64,
+    snapshots: Vec<Snapshot>,
+}
+
+#[derive(Deserialize)]
+struct Snapshot {
+    snapshot_id: i64,
+    sequence_number: i64,
+    operation: String,
+    statement: String,
+    sql: String,
+    summary: BTreeMap<String, String>,
+    rows: Vec<Value>,
+}
+
+impl History {
+    fn describe(&self) -> String {
+        format!(
+            "{} (seed {}, {}, v{}, {}, granularity {})",
+            self.table,
+            self.seed,
+            self.mode,
+            self.format_version,
+            if self.partitioned {
+                "partitioned"
+            } else {
+                "unpartitioned"
+            },
+            self.granularity
+        )
+    }
+
+    /// What turning each snapshot's parent state into its state must publish, by key.
+    fn expected(&self) -> Vec<(i64, Vec<String>)> {
+        let mut prev: &[Value] = &[];
+        let mut out = Vec::new();
+        for s in &self.snapshots {
+            let changes = diff(prev, &s.rows, &["id"]);
+            assert!(
+                s.operation != "replace" || changes.is_empty(),
+                "{}: Spark's replace snapshot {} changed the rows",
+                self.describe(),
+                s.snapshot_id
+            );
+            out.push((s.snapshot_id, changes));
+            prev = &s.rows;
+        }
+        out
+    }
+}
+
+impl Snapshot {
+    /// `statement [operation; files added and removed]: SQL`, for messages.
+    fn label(&self) -> String {
+        let mut files = Vec::new();
+        for (key, name) in [
+            ("added-data-files", "+data"),
+            ("deleted-data-files", "-data"),
+            ("added-position-delete-files", "+pos"),
+            ("removed-position-delete-files", "-pos"),
+            ("added-dvs", "+dv"),
+            ("removed-dvs", "-dv"),
+        ] {
+            if let Some(n) = self.summary.get(key) {
+                files.push(format!("{name} {n}"));
+            }
+        }
+        format!(
+            "{} [{}; {}]: {}",
+            self.statement,
+            self.operation,
+            files.join(", "),
+            self.sql
+        )
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Running the writer once for both tests
+// ---------------------------------------------------------------------------------------
+
+/// The histories of one writer run and the warehouse holding their tables (removed with
+/// the last test that uses them).
+struct Written {
+    dir: tempfile::TempDir,
+    document: Document,
+}
+
+impl Written {
+    fn warehouse(&self) -> PathBuf {
+        self.dir.path().join("warehouse")
+    }
+}
+
+/// The run the tests share while one of them holds it, or why it failed.
+static WRITTEN: Mutex<(Weak<Written>, Option<String>)> = Mutex::new((Weak::new(), None));
+
+fn mor_seeds() -> Vec<u64> {
+    spark_seeds("ICEFEED_SPARK_SEEDS", DEFAULT_SEEDS)
+}
+
+fn cow_seeds() -> Vec<u64> {
+    spark_seeds("ICEFEED_SPARK_COW_SEEDS", DEFAULT_COW_SEEDS)
+}
+
+fn spark_seeds(var: &str, default: std::ops::RangeInclusive<u64>) -> Vec<u64> {
+    if std::env::var(var).is_ok_and(|v| v.trim().is_empty()) {
+        return Vec::new();
+    }
+    seeds_in(var).unwrap_or_else(|| default.collect())
+}
+
+fn seed_list(seeds: &[u64]) -> String {
+    seeds
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The histories of every seed of both tests, written by one run of the writer shared by
+/// the tests running at the same time. A failed run fails every test that wanted it.
+fn written() -> Arc<Written> {
+    let mut shared = WRITTEN
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(failure) = &shared.1 {
+        panic!("{failure}");
+    }
+    if let Some(written) = shared.0.upgrade() {
+        return written;
+    }
+    match run_writer(&mor_seeds(), &cow_seeds()) {
+        Ok(written) => {
+            let written = Arc::new(written);
+            shared.0 = Arc::downgrade(&written);
+            written
+        }
+        Err(failure) => {
+            shared.1 = Some(failure.clone());
+            panic!("{failure}");
+        }
+    }
+}
+
+fn run_writer(mor: &[u64], cow: &[u64]) -> Result<Written, String> {
+    let jar = std::env::var("ICEFEED_TEST_SPARK_JAR").expect(
+        "ICEFEED_TEST_SPARK_JAR: the Iceberg Spark runtime jar scripts/spark.sh prints \
+         (scripts/test.sh sets it)",
+    );
+    let dir = tempfile::Builder::new()
+        .prefix("icefeed-spark-")
+        .tempdir()
+        .unwrap();
+    let out = dir.path().join("histories.json");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/spark_writer.py");
+    let started = Instant::now();
+    let mut child = KillOnDrop(
+        Command::new(crate::pyiceberg::python())
+            .arg(script)
+            .arg("--jar")
+            .arg(&jar)
+            .arg("--warehouse")
+            .arg(dir.path().join("warehouse"))
+            .arg("--out")
+            .arg(&out)
+            .arg("--seeds")
+            .arg(seed_list(mor))
+            .arg("--cow-seeds")
+            .arg(seed_list(cow))
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run python (set ICEFEED_TEST_PYTHON, see scripts/python-env.sh)"),
+    );
+    let mut stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > WRITER_TIMEOUT {
+            let _ = child.kill();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let log = reader.join().unwrap();
+    match status {
+        Some(status) if status.success() => {}
+        Some(status) => {
+            return Err(format!(
+                "the Spark writer failed ({status}) on seeds {mor:?} (merge-on-read) and \
+                 {cow:?} (copy-on-write):\n{}",
+                writer_lines(&log, 80)
+            ));
+        }
+        None => {
+            return Err(format!(
+                "the Spark writer did not finish within {WRITER_TIMEOUT:?}:\n{}",
+                writer_lines(&log, 80)
+            ));
+        }
+    }
+    for line in log.lines().filter(|l| l.starts_with("spark_writer:")) {
+        eprintln!("{line}");
+    }
+    let document: Document = std::fs::read(&out)
+        .map_err(|e| format!("the writer's document {}: {e}", out.display()))
+        .and_then(|bytes| {
+            serde_json::from_slice(&bytes).map_err(|e| format!("the writer's document: {e}"))
+        })?;
+    eprintln!(
+        "spark: Spark {} with Iceberg {} wrote {} histories in {:.1} s",
+        document.spark,
+        document.iceberg,
+        document.histories.len(),
+        document.seconds
+    );
+    Ok(Written { dir, document })
+}
+
+/// The last `lines` lines of the writer's stderr without Spark's own log lines
+/// (`26/12/01 22:48:21 WARN ...`), which would hide the writer's message.
+fn writer_lines(log: &str, lines: usize) -> String {
+    let spark_log = |l: &str| {
+        let b = l.as_bytes();
+        (b.len() > 18 && b[2] == b'/' && b[5] == b'/' && b[8] == b' ' && b[11] == b':')
+            || l.starts_with("Setting default log level")
+            || l.starts_with("To adjust logging level")
+    };
+    let kept: Vec<&str> = log.lines().filter(|l| !spark_log(l)).collect();
+    kept[kept.len().saturating_sub(lines)..].join("\n")
+}
+
+// ---------------------------------------------------------------------------------------
+// icefeed's side
+// ---------------------------------------------------------------------------------------
+
+/// Registers `history`'s table from the Hadoop warehouse, from its earliest snapshot;
+/// the identifier columns come from the table's schema (Spark's `SET IDENTIFIER FIELDS`).
+async fn register(node: &Node, warehouse: &Path, history: &History) -> String {
+    assert!(
+        history
+            .location
+            .trim_start_matches("file:")
+            .trim_start_matches("//")
+            .starts_with(&warehouse.display().to_string()),
+        "{} is not below the warehouse {}",
+        history.location,
+        warehouse.display()
+    );
+    let body = json!({
+        "catalog": {"type": "filesystem", "warehouse": format!("file://{}", warehouse.display())},
+        "table": history.table, "poll_interval_ms": 100, "start": "earliest",
+    });
+    let id = node.register(&body).await;
+    let (_, t) = node.get(&format!("/v1/tables/{id}")).await;
+    assert_eq!(t["identifier_columns"], json!(["id"]), "{t}");
+    id
+}
+
+/// Checks the histories of `seeds` in `mode` ("mor" or "cow") against one node; every
+/// failing seed is reported, with the snapshots that differ.
+async fn check(mode: &str, seeds: &[u64], var: &str, other_var: &str, test: &str) {
+    if seeds.is_empty() {
+        eprintln!("spark: no {mode} seeds ({var} is empty)");
+        return;
+    }
+    let written = match tokio::task::spawn_blocking(written).await {
+        Ok(written) => written,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    };
+    let started = Instant::now();
+    let histories: Vec<&History> = seeds
+        .iter()
+        .map(|&seed| {
+            written
+                .document
+                .histories
+                .iter()
+                .find(|h| h.mode == mode && h.seed == seed)
+                .unwrap_or_else(|| panic!("the writer wrote no {mode} history of seed {seed}"))
+        })
+        .collect();
+
+    let (node, _store) = Node::start_fresh().await;
+    let mut ids = Vec::new();
+    for h in &histories {
+        ids.push(register(&node, &written.warehouse(), h).await);
+    }
+    let mut failures = Vec::new();
+    let mut events = 0;
+    let mut quiet = 0;
+    let mut statements: BTreeMap<String, usize> = BTreeMap::new();
+    for (h, id) in histories.iter().zip(&ids) {
+        if mode == "cow" {
+            let with_deletes: Vec<String> = h
+                .snapshots
+                .iter()
+                .filter(|s| {
+                    s.summary
+                        .get("added-delete-files")
+                        .is_some_and(|n| n != "0")
+                })
+                .map(Snapshot::label)
+                .collect();
+            assert!(
+                with_deletes.is_empty(),
+                "{}: copy-on-write statements added delete files: {with_deletes:?}",
+                h.describe()
+            );
+        }
+        let expected = h.expected();
+        events += expected.iter().map(|(_, c)| c.len()).sum::<usize>();
+        quiet += expected.iter().filter(|(_, c)| c.is_empty()).count();
+        for s in &h.snapshots {
+            *statements
+                .entry(format!("{} [{}]", s.statement, s.operation))
+                .or_default() += 1;
+        }
+        let labels: Vec<(i64, String)> = h
+            .snapshots
+            .iter()
+            .map(|s| (s.snapshot_id, s.label()))
+            .collect();
+        let sequence: HashMap<i64, i64> = h
+            .snapshots
+            .iter()
+            .map(|s| (s.snapshot_id, s.sequence_number))
+            .collect();
+        if let Err(failure) =
+            compare_feed(&node, id, &h.describe(), &labels, &sequence, &expected).await
+        {
+            failures.push(format!(
+                "seed {} ({mode}): {failure}\n  rerun it alone with \
+                 {var}={} {other_var}= cargo test --test it {test}",
+                h.seed, h.seed
+            ));
+        }
+    }
+    eprintln!(
+        "spark: {mode} seeds {seeds:?}: {} snapshots {statements:?}, {quiet} without changes, \
+         {events} events expected; written in {:.1} s, compared in {:.1?}; {} of {} seeds failed",
+        histories.iter().map(|h| h.snapshots.len()).sum::<usize>(),
+        histories.iter().map(|h| h.seconds).sum::<f64>(),
+        started.elapsed(),
+        failures.len(),
+        histories.len()
+    );
+    node.shutdown().await;
+    assert!(
+        failures.is_empty(),
+        "icefeed differs from Spark on {} of {} {mode} histories:\n\n{}",
+        failures.len(),
+        histories.len(),
+        failures.join("\n\n")
+    );
+}
+
+/// Merge-on-read histories (position deletes on v2, deletion vectors on v3), with some
+/// steps in copy-on-write mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn spark_merge_on_read_histories_match_icefeed() {
+    check(
+        "mor",
+        &mor_seeds(),
+        "ICEFEED_SPARK_SEEDS",
+        "ICEFEED_SPARK_COW_SEEDS",
+        "spark_merge_on_read",
+    )
+    .await;
+}
+
+/// Copy-on-write-only histories: Spark rewrites files, never writes delete files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn spark_copy_on_write_histories_match_icefeed() {
+    check(
+        "cow",
+        &cow_seeds(),
+        "ICEFEED_SPARK_COW_SEEDS",
+        "ICEFEED_SPARK_SEEDS",
+        "spark_copy_on_write",
+    )
+    .await;
+}
