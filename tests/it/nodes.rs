@@ -14,6 +14,8 @@ use crate::support::{Warehouse, fresh_database, head, wait_until};
 pub(crate) struct Process {
     child: Child,
     pub(crate) base: String,
+    /// Its node id.
+    name: String,
 }
 
 fn free_port() -> u16 {
@@ -54,6 +56,7 @@ pub(crate) fn spawn_node_with(
     Process {
         child,
         base: format!("http://127.0.0.1:{port}"),
+        name: name.to_string(),
     }
 }
 
@@ -264,22 +267,42 @@ async fn kill_mid_shuffle(
         histories.push((model, expected));
     }
     let db = fresh_database().await;
-    let http = reqwest::Client::new();
-    let mut nodes: Vec<Process> = ["node-a", "node-b", "node-c"]
-        .iter()
-        .map(|name| spawn_node_with(&db, store, name, env))
-        .collect();
-    for node in &nodes {
-        wait_ready(&http, node).await;
-    }
+    let mut nodes = three_nodes(&db, store, env).await;
     let client = Node::remote(nodes[1].base.clone());
     let mut ids = Vec::new();
     for (model, _) in &histories {
         ids.push(register(&client, wh, model).await);
     }
+    kill_a_task_runner(&db, &mut nodes).await;
+    let survivor = Node::remote(nodes[0].base.clone());
+    for ((model, expected), id) in histories.iter().zip(&ids) {
+        compare(&survivor, id, model, expected).await;
+    }
+    stop_survivors(&db, nodes).await;
+}
 
-    // SIGKILL whichever node holds a running shuffle task.
-    let pool = sqlx::PgPool::connect(&db).await.unwrap();
+const NAMES: [&str; 3] = ["node-a", "node-b", "node-c"];
+
+/// Three `icefeed serve` processes on one database and change store, ready.
+pub(crate) async fn three_nodes(
+    db: &str,
+    store: &std::ffi::OsStr,
+    env: &[(&str, &str)],
+) -> Vec<Process> {
+    let http = reqwest::Client::new();
+    let nodes: Vec<Process> = NAMES
+        .iter()
+        .map(|name| spawn_node_with(db, store, name, env))
+        .collect();
+    for node in &nodes {
+        wait_ready(&http, node).await;
+    }
+    nodes
+}
+
+/// SIGKILLs whichever node holds a running shuffle task (waiting for one).
+pub(crate) async fn kill_a_task_runner(db: &str, nodes: &mut Vec<Process>) {
+    let pool = sqlx::PgPool::connect(db).await.unwrap();
     let victim: String = wait_until(Duration::from_secs(60), || async {
         sqlx::query_scalar("SELECT owner FROM tasks WHERE state = 'running' LIMIT 1")
             .fetch_optional(&pool)
@@ -287,18 +310,18 @@ async fn kill_mid_shuffle(
             .unwrap()
     })
     .await;
-    let index = ["node-a", "node-b", "node-c"]
+    let index = nodes
         .iter()
-        .position(|n| *n == victim)
-        .unwrap();
+        .position(|n| n.name == victim)
+        .expect("the task owner is one of the nodes");
     let mut killed = nodes.remove(index);
     killed.child.kill().unwrap();
     killed.child.wait().unwrap();
-    let survivor = Node::remote(nodes[0].base.clone());
+}
 
-    for ((model, expected), id) in histories.iter().zip(&ids) {
-        compare(&survivor, id, model, expected).await;
-    }
+/// Checks that every table's ordinals are gap-free and stops the remaining nodes.
+pub(crate) async fn stop_survivors(db: &str, nodes: Vec<Process>) {
+    let pool = sqlx::PgPool::connect(db).await.unwrap();
     let gaps: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM (SELECT table_id, max(ordinal) - count(*) AS gap FROM change_sets \
          GROUP BY table_id) g WHERE gap <> 0",

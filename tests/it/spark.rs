@@ -332,6 +332,38 @@ async fn register(node: &Node, warehouse: &Path, history: &History) -> String {
     id
 }
 
+/// The written histories of `seeds` in `mode`.
+fn histories<'a>(written: &'a Written, mode: &str, seeds: &[u64]) -> Vec<&'a History> {
+    seeds
+        .iter()
+        .map(|&seed| {
+            written
+                .document
+                .histories
+                .iter()
+                .find(|h| h.mode == mode && h.seed == seed)
+                .unwrap_or_else(|| panic!("the writer wrote no {mode} history of seed {seed}"))
+        })
+        .collect()
+}
+
+impl History {
+    /// Each snapshot's label for messages, and its sequence number.
+    fn labels(&self) -> (Vec<(i64, String)>, HashMap<i64, i64>) {
+        let labels = self
+            .snapshots
+            .iter()
+            .map(|s| (s.snapshot_id, s.label()))
+            .collect();
+        let sequence = self
+            .snapshots
+            .iter()
+            .map(|s| (s.snapshot_id, s.sequence_number))
+            .collect();
+        (labels, sequence)
+    }
+}
+
 /// Checks the histories of `seeds` in `mode` ("mor" or "cow") against one node; every
 /// failing seed is reported, with the snapshots that differ.
 async fn check(mode: &str, seeds: &[u64], var: &str, other_var: &str, test: &str) {
@@ -344,17 +376,7 @@ async fn check(mode: &str, seeds: &[u64], var: &str, other_var: &str, test: &str
         Err(e) => std::panic::resume_unwind(e.into_panic()),
     };
     let started = Instant::now();
-    let histories: Vec<&History> = seeds
-        .iter()
-        .map(|&seed| {
-            written
-                .document
-                .histories
-                .iter()
-                .find(|h| h.mode == mode && h.seed == seed)
-                .unwrap_or_else(|| panic!("the writer wrote no {mode} history of seed {seed}"))
-        })
-        .collect();
+    let histories = histories(&written, mode, seeds);
 
     let (node, _store) = Node::start_fresh().await;
     let mut ids = Vec::new();
@@ -391,16 +413,7 @@ async fn check(mode: &str, seeds: &[u64], var: &str, other_var: &str, test: &str
                 .entry(format!("{} [{}]", s.statement, s.operation))
                 .or_default() += 1;
         }
-        let labels: Vec<(i64, String)> = h
-            .snapshots
-            .iter()
-            .map(|s| (s.snapshot_id, s.label()))
-            .collect();
-        let sequence: HashMap<i64, i64> = h
-            .snapshots
-            .iter()
-            .map(|s| (s.snapshot_id, s.sequence_number))
-            .collect();
+        let (labels, sequence) = h.labels();
         if let Err(failure) =
             compare_feed(&node, id, &h.describe(), &labels, &sequence, &expected).await
         {
@@ -442,6 +455,49 @@ async fn spark_merge_on_read_histories_match_icefeed() {
         "spark_merge_on_read",
     )
     .await;
+}
+
+/// Three `icefeed serve` processes follow the merge-on-read histories; the one running a
+/// shuffle task is SIGKILLed; every change set must still equal Spark's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_killed_mid_merge_on_read_shuffle_loses_and_duplicates_nothing() {
+    use crate::nodes::{kill_a_task_runner, stop_survivors, three_nodes};
+
+    let seeds = mor_seeds();
+    if seeds.is_empty() {
+        return;
+    }
+    let written = match tokio::task::spawn_blocking(written).await {
+        Ok(written) => written,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    };
+    let histories = histories(&written, "mor", &seeds);
+    let db = crate::support::fresh_database().await;
+    let store = tempfile::tempdir().unwrap();
+    let mut nodes = three_nodes(&db, store.path().as_os_str(), &[]).await;
+    let client = Node::remote(nodes[1].base.clone());
+    let mut ids = Vec::new();
+    for h in &histories {
+        ids.push(register(&client, &written.warehouse(), h).await);
+    }
+    kill_a_task_runner(&db, &mut nodes).await;
+    let survivor = Node::remote(nodes[0].base.clone());
+    for (h, id) in histories.iter().zip(&ids) {
+        let (labels, sequence) = h.labels();
+        if let Err(failure) = compare_feed(
+            &survivor,
+            id,
+            &h.describe(),
+            &labels,
+            &sequence,
+            &h.expected(),
+        )
+        .await
+        {
+            panic!("seed {} after a node was killed: {failure}", h.seed);
+        }
+    }
+    stop_survivors(&db, nodes).await;
 }
 
 /// Copy-on-write-only histories: Spark rewrites files, never writes delete files.
