@@ -198,11 +198,43 @@ fn unreadable(format: DataFileFormat) -> Option<String> {
         .then(|| format!("it has {format:?} data files; only Parquet data files can be read"))
 }
 
-/// Indexes of the identifier columns among the schema's top-level fields.
-pub fn key_indexes(schema: &iceberg::spec::Schema, identifier_columns: &[String]) -> Vec<usize> {
+/// Indexes of a feed's identifier columns among `schema`'s top-level fields, in key
+/// order: by field id, so a renamed column stays the key (by name for tables registered
+/// before field ids were recorded). An identifier column the schema lacks is an error
+/// naming it: its change sets could not be paired or keyed.
+pub fn key_indexes(
+    schema: &iceberg::spec::Schema,
+    table: &crate::store::SourceTable,
+) -> Result<Vec<usize>, String> {
     let fields = schema.as_struct().fields();
-    identifier_columns
-        .iter()
-        .filter_map(|name| fields.iter().position(|f| &f.name == name))
-        .collect()
+    let missing = |what: String| {
+        format!(
+            "identifier column {what} is not in schema {} (dropped?); the feed's key cannot \
+             be read",
+            schema.schema_id()
+        )
+    };
+    match &table.identifier_field_ids {
+        // Recorded together at registration: one name per id.
+        Some(ids) => ids
+            .iter()
+            .zip(&table.identifier_columns)
+            .map(|(id, name)| {
+                fields
+                    .iter()
+                    .position(|f| f.id == *id)
+                    .ok_or_else(|| missing(format!("{name:?} (field id {id})")))
+            })
+            .collect(),
+        None => table
+            .identifier_columns
+            .iter()
+            .map(|name| {
+                fields
+                    .iter()
+                    .position(|f| &f.name == name)
+                    .ok_or_else(|| missing(format!("{name:?}")))
+            })
+            .collect(),
+    }
 }

@@ -304,7 +304,8 @@ impl Feed {
 
         let entry = self.schema(table.id, segment.schema_id).await?;
         let fields = entry.schema.as_struct().fields();
-        let key = key_indexes(&entry.schema, &table.identifier_columns);
+        let key = key_indexes(&entry.schema, table)
+            .map_err(|reason| FeedError::Schema(segment.schema_id, reason))?;
         let columns = request.selection.column_indexes(fields);
         let head = BatchHead {
             table,

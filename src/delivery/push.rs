@@ -73,6 +73,40 @@ fn object(raw: Option<&[u8]>) -> Result<Map<String, Value>, ItemError> {
     }
 }
 
+/// The names in an event's `key`, in key order (the order they are written in): the
+/// names of the event's schema, which a rename may have changed since registration.
+fn key_columns(raw: Option<&[u8]>) -> Result<Vec<String>, ItemError> {
+    struct Names(Vec<String>);
+    impl<'de> Deserialize<'de> for Names {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct Visit;
+            impl<'de> serde::de::Visitor<'de> for Visit {
+                type Value = Names;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a key object")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(
+                    self,
+                    mut map: A,
+                ) -> Result<Names, A::Error> {
+                    let mut names = Vec::new();
+                    while let Some((name, _)) = map.next_entry::<String, serde::de::IgnoredAny>()? {
+                        names.push(name);
+                    }
+                    Ok(Names(names))
+                }
+            }
+            d.deserialize_map(Visit)
+        }
+    }
+    match raw {
+        None => Ok(Vec::new()),
+        Some(raw) => serde_json::from_slice::<Names>(raw)
+            .map(|n| n.0)
+            .map_err(|e| ItemError::Malformed(e.to_string())),
+    }
+}
+
 /// Builds the bulk item of one event (a line of [`super::JsonSink`] JSON) of `tables`.
 pub fn item_for_event(
     line: &[u8],
@@ -117,9 +151,10 @@ pub fn item_for_parts(
     };
     let row_map = || object(row);
     let id = match &target.document_id {
-        DocumentId::IdentifierColumns => target
-            .document_id
-            .render(&table.identifier_columns, &object(event.key)?)?,
+        DocumentId::IdentifierColumns => {
+            let columns = key_columns(event.key)?;
+            target.document_id.render(&columns, &object(event.key)?)?
+        }
         DocumentId::Template(_) => target.document_id.render(&[], &row_map()?)?,
     };
     let routing = match &target.routing {
@@ -183,3 +218,19 @@ pub async fn send_items(
 
 /// The error type recorded for an event that could not be made into a document.
 pub const UNRENDERABLE: &str = "icefeed_unrenderable_event";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_columns_keep_the_order_of_the_key() {
+        let key = br#"{"zone": "eu", "id": 7, "at": null}"#;
+        assert_eq!(key_columns(Some(key)).unwrap(), ["zone", "id", "at"]);
+        assert!(key_columns(None).unwrap().is_empty());
+        assert!(matches!(
+            key_columns(Some(b"[1]")),
+            Err(ItemError::Malformed(_))
+        ));
+    }
+}

@@ -63,7 +63,10 @@ pub struct SourceTable {
     /// Catalog connection including secrets.
     pub catalog: serde_json::Value,
     pub branch: String,
+    /// The identifier columns' names when the table was registered.
     pub identifier_columns: Vec<String>,
+    /// Their field ids (`None` for tables registered before they were recorded).
+    pub identifier_field_ids: Option<Vec<i32>>,
     pub start_position: serde_json::Value,
     pub poll_interval_ms: i64,
     pub state: TableState,
@@ -121,6 +124,8 @@ pub struct NewSourceTable {
     pub catalog_key: String,
     pub branch: String,
     pub identifier_columns: Vec<String>,
+    /// Their field ids in the current schema: the key follows them through renames.
+    pub identifier_field_ids: Vec<i32>,
     pub start_position: serde_json::Value,
     pub poll_interval_ms: i64,
     /// Export the current state first, or follow from `checkpoint_snapshot_id`.
@@ -144,7 +149,7 @@ pub struct PollOutcome {
 }
 
 const COLUMNS: &str = "id, table_name, namespace, name, catalog, branch, identifier_columns, \
-    start_position, poll_interval_ms, state, mode, checkpoint_snapshot_id, \
+    identifier_field_ids, start_position, poll_interval_ms, state, mode, checkpoint_snapshot_id, \
     checkpoint_sequence_number, checkpoint_committed_at, last_error, error_snapshot_id, \
     head_snapshot_id, snapshots_behind, oldest_pending_committed_at, last_polled_at, \
     last_ordinal, retention_max_age_ms, retention_max_change_sets, retention_hard_max_age_ms, \
@@ -155,11 +160,12 @@ impl Store {
     pub async fn insert_table(&self, t: &NewSourceTable) -> Result<SourceTable, StoreError> {
         let sql = format!(
             "INSERT INTO source_tables (id, table_name, namespace, name, catalog, catalog_key, \
-             branch, identifier_columns, start_position, poll_interval_ms, state, mode, \
-             checkpoint_snapshot_id, checkpoint_sequence_number, checkpoint_committed_at, \
-             retention_max_age_ms, retention_max_change_sets, retention_hard_max_age_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'active', $11, $12, $13, $14, \
-                     $15, $16, $17) \
+             branch, identifier_columns, identifier_field_ids, start_position, \
+             poll_interval_ms, state, mode, checkpoint_snapshot_id, checkpoint_sequence_number, \
+             checkpoint_committed_at, retention_max_age_ms, retention_max_change_sets, \
+             retention_hard_max_age_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'active', $12, $13, $14, \
+                     $15, $16, $17, $18) \
              RETURNING {COLUMNS}"
         );
         let mut tx = self.pool.begin().await?;
@@ -172,6 +178,7 @@ impl Store {
             .bind(&t.catalog_key)
             .bind(&t.branch)
             .bind(&t.identifier_columns)
+            .bind(&t.identifier_field_ids)
             .bind(&t.start_position)
             .bind(t.poll_interval_ms)
             .bind(if t.export { "export" } else { "follow" })

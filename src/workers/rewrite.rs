@@ -16,6 +16,8 @@ pub struct Rewrite<'a> {
     pub table: &'a SourceTable,
     pub snapshot: &'a SnapshotRef,
     pub schema: &'a SchemaRef,
+    /// Indexes of the identifier columns in `schema`.
+    pub key: Vec<usize>,
     pub settings: &'a SchedulerSettings,
     pub stop: &'a CancellationToken,
 }
@@ -33,7 +35,7 @@ impl Rewrite<'_> {
             table: self.table.id,
             snapshot_id,
             schema_id: self.schema.schema_id(),
-            key: crate::changelog::key_indexes(self.schema, &self.table.identifier_columns),
+            key: self.key.clone(),
             buckets: self.settings.shuffle_buckets,
             reduce_target_bytes: self.settings.reduce_target_bytes,
             map_memory_bytes: self.settings.map_memory_bytes,

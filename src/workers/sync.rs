@@ -11,7 +11,7 @@ use super::rewrite::Rewrite;
 use crate::catalog::{
     CatalogCache, CatalogConfig, CatalogError, StorageFault, parse_ident, storage_cause,
 };
-use crate::changelog::{self, FileRows, LineageError, PlanError, SnapshotPlan};
+use crate::changelog::{self, FileRows, LineageError, PlanError, SnapshotPlan, key_indexes};
 use crate::changes::{ChangeStore, ChangeStoreError, ReadSchema};
 use crate::config::SchedulerSettings;
 use crate::store::{Lease, NewChangeSet, NewSegment, PollOutcome, SourceTable, Store, StoreError};
@@ -253,6 +253,11 @@ impl TableSync<'_> {
             .schema_id()
             .and_then(|id| metadata.schema_by_id(id))
             .unwrap_or_else(|| metadata.current_schema());
+        // Even an append needs the key: consumers read it from every event.
+        let key = key_indexes(schema, table).map_err(|reason| SyncError::Table {
+            message: format!("cannot publish snapshot {snapshot_id}: {reason}"),
+            snapshot: Some(snapshot_id),
+        })?;
         let shuffled = matches!(plan, SnapshotPlan::Rewrite { .. });
         let segments = match plan {
             SnapshotPlan::Inserts(files) => {
@@ -267,6 +272,7 @@ impl TableSync<'_> {
                     table,
                     snapshot,
                     schema,
+                    key,
                     settings: self.settings,
                     stop: self.stop,
                 };

@@ -751,25 +751,10 @@ fn fixtures() -> &'static Fixtures {
     }
 }
 
-fn build() -> Result<Fixtures, String> {
-    let warehouse = tempfile::tempdir().unwrap();
-    let mut steps = Vec::new();
-    for case in cases() {
-        for (i, step) in case.steps.iter().enumerate() {
-            let mut step = step.clone();
-            if i == 0 {
-                step["table"] = json!(format!("eq.{}", case.table));
-            }
-            steps.push(step);
-        }
-        steps.push(json!({"op": "scan", "snapshot": "parent", "schema_of": "current"}));
-        steps.push(json!({"op": "scan", "snapshot": "current"}));
-        steps.push(json!({"op": "files", "snapshot": "current"}));
-    }
-    let script =
-        json!({"warehouse": format!("file:{}", warehouse.path().display()), "steps": steps});
+/// Runs the writer's `steps` on the Hadoop warehouse `warehouse`; its output lines.
+fn run_writer(warehouse: &std::path::Path, steps: Vec<Value>) -> Result<String, String> {
+    let script = json!({"warehouse": format!("file:{}", warehouse.display()), "steps": steps});
     let command = writer_command();
-    let started = std::time::Instant::now();
     let mut child = Command::new(&command[0])
         .args(&command[1..])
         .stdin(Stdio::piped())
@@ -788,6 +773,26 @@ fn build() -> Result<Fixtures, String> {
             String::from_utf8_lossy(&out.stderr)
         ));
     }
+    Ok(String::from_utf8(out.stdout).unwrap())
+}
+
+fn build() -> Result<Fixtures, String> {
+    let warehouse = tempfile::tempdir().unwrap();
+    let mut steps = Vec::new();
+    for case in cases() {
+        for (i, step) in case.steps.iter().enumerate() {
+            let mut step = step.clone();
+            if i == 0 {
+                step["table"] = json!(format!("eq.{}", case.table));
+            }
+            steps.push(step);
+        }
+        steps.push(json!({"op": "scan", "snapshot": "parent", "schema_of": "current"}));
+        steps.push(json!({"op": "scan", "snapshot": "current"}));
+        steps.push(json!({"op": "files", "snapshot": "current"}));
+    }
+    let started = std::time::Instant::now();
+    let stdout = run_writer(warehouse.path(), steps)?;
     eprintln!(
         "equality_deletes: the Iceberg writer built {} tables in {:.1} s",
         cases().len(),
@@ -800,7 +805,7 @@ fn build() -> Result<Fixtures, String> {
         .map(|c| (format!("eq.{}", c.table), c))
         .collect();
     let mut scans: HashMap<&'static str, Vec<Vec<Value>>> = HashMap::new();
-    for line in String::from_utf8(out.stdout).unwrap().lines() {
+    for line in stdout.lines() {
         let v: Value = serde_json::from_str(line).map_err(|e| format!("{e}: {line}"))?;
         let case = by_table[v["table"].as_str().unwrap()];
         let entry = built.entry(case.id).or_insert_with(|| Built {
@@ -1114,4 +1119,97 @@ async fn exports_of_tables_with_delete_files_publish_exactly_their_live_rows() {
     }
     node.shutdown().await;
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// The snapshot id of each commit in the writer's output lines.
+fn committed(stdout: &str) -> Vec<i64> {
+    stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).unwrap()["snapshot_id"].as_i64())
+        .collect()
+}
+
+/// The key follows its column by field id: a table registered before its identifier
+/// column is renamed still pairs an upsert into one update, keyed by the new name; a
+/// table whose key column is dropped stops with an error naming the column.
+#[tokio::test]
+async fn the_key_follows_a_renamed_column_and_a_dropped_one_stops_the_table() {
+    let warehouse = tempfile::tempdir().unwrap();
+    let mut create_renamed = create(2, true);
+    create_renamed["table"] = json!("eq.renamed");
+    let mut create_dropped = create(2, false);
+    create_dropped["table"] = json!("eq.dropped");
+    let first = run_writer(
+        warehouse.path(),
+        vec![create_renamed, s0(), create_dropped, s0()],
+    )
+    .unwrap();
+    let (node, _store) = Node::start_fresh().await;
+    let register = |table: &str, key: Option<&str>| {
+        let mut body = json!({
+            "catalog": {"type": "filesystem",
+                        "warehouse": format!("file://{}", warehouse.path().display())},
+            "table": table, "start": "earliest", "poll_interval_ms": 100,
+        });
+        if let Some(key) = key {
+            body["identifier_columns"] = json!([key]);
+        }
+        body
+    };
+    let renamed = node.register(&register("eq.renamed", None)).await;
+    let dropped = node.register(&register("eq.dropped", Some("v"))).await;
+    let s0 = committed(&first);
+    node.wait_for_checkpoint(&renamed, s0[0]).await;
+    node.wait_for_checkpoint(&dropped, s0[1]).await;
+
+    let upsert = row_delta(
+        "S1",
+        vec![file("F3", vec![json!({"key": 2, "v": "B", "cat": "p"})])],
+        vec![ed("ED1", &["key"], vec![json!({"key": 2})])],
+        vec![],
+    );
+    let second = run_writer(
+        warehouse.path(),
+        vec![
+            json!({"op": "update_schema", "table": "eq.renamed", "rename": {"id": "key"}}),
+            upsert,
+            json!({"op": "update_schema", "table": "eq.dropped", "drop": ["v"]}),
+            append("S1", vec![file("F3", vec![json!({"id": 6, "cat": "p"})])]),
+        ],
+    )
+    .unwrap();
+    let s1 = committed(&second);
+
+    node.wait_for_checkpoint(&renamed, s1[0]).await;
+    let (events, _) = node.all_events(&renamed, None, 100).await;
+    let last: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["snapshot_id"].as_i64() == Some(s1[0]))
+        .collect();
+    assert_eq!(last.len(), 1, "{events:#?}");
+    assert_eq!(last[0]["op"], "update", "{:#}", last[0]);
+    assert_eq!(last[0]["key"], json!({"key": 2}));
+    assert_eq!(last[0]["before"], json!({"key": 2, "v": "b", "cat": "p"}));
+    assert_eq!(last[0]["after"], json!({"key": 2, "v": "B", "cat": "p"}));
+    // The events of the first snapshot keep their schema's name.
+    let first_keys: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["snapshot_id"].as_i64() == Some(s0[0]))
+        .map(|e| &e["key"])
+        .collect();
+    assert_eq!(first_keys.len(), 5);
+    assert!(
+        first_keys.iter().all(|k| k.get("id").is_some()),
+        "{first_keys:?}"
+    );
+
+    let t = node.wait_for_state(&dropped, "error").await;
+    assert_eq!(t["error_snapshot_id"], json!(s1[1]), "{t:#}");
+    let error = t["last_error"].as_str().unwrap();
+    assert!(
+        error.contains(&format!("snapshot {}", s1[1]))
+            && error.contains("identifier column \"v\" (field id 2)"),
+        "{error}"
+    );
+    node.shutdown().await;
 }

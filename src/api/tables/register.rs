@@ -34,6 +34,10 @@ pub async fn prepare(
     let metadata = table.metadata_ref();
 
     let identifier_columns = resolve_identifier_columns(&metadata, request.identifier_columns)?;
+    let identifier_field_ids = identifier_columns
+        .iter()
+        .filter_map(|name| metadata.current_schema().field_id_by_name(name))
+        .collect();
     let branch = request.branch.unwrap_or_else(|| "main".to_string());
     let head = metadata.snapshot_for_ref(&branch).map(|s| s.snapshot_id());
     if head.is_none() && !(branch == "main" && metadata.snapshots().len() == 0) {
@@ -58,6 +62,7 @@ pub async fn prepare(
         catalog: request.catalog,
         branch,
         identifier_columns,
+        identifier_field_ids,
         start_position: serde_json::to_value(&start).expect("start position serializes"),
         poll_interval_ms: poll.as_millis() as i64,
         export,
