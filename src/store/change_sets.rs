@@ -143,10 +143,12 @@ impl Store {
         .execute(&mut *tx)
         .await?;
 
+        // A published snapshot clears the error of the attempts that failed to publish it,
+        // with the checkpoint: no reader sees the new checkpoint beside the old error.
         sqlx::query(
             "UPDATE source_tables SET last_ordinal = $2, mode = 'follow', \
                checkpoint_snapshot_id = $3, checkpoint_sequence_number = $4, \
-               checkpoint_committed_at = $5, updated_at = now() \
+               checkpoint_committed_at = $5, last_error = NULL, updated_at = now() \
              WHERE id = $1",
         )
         .bind(table)
