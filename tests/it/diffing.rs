@@ -193,3 +193,175 @@ pub(crate) fn parse_seeds(spec: &str) -> Option<Vec<u64>> {
         .collect::<Option<Vec<u64>>>()
         .filter(|v| !v.is_empty())
 }
+
+/// A top-level column of a snapshot's schema: its Iceberg field id and name.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+pub(crate) struct Column {
+    pub(crate) id: i32,
+    pub(crate) name: String,
+}
+
+/// `row`, an object keyed by the names of schema `from`, as a row of schema `to`, matched
+/// by field id as Iceberg reads an older file: a column `from` lacks reads null, a column
+/// `to` lacks is gone, a renamed one takes its new name. Promoted values (int to long,
+/// float to double, wider decimals) keep their JSON form.
+pub(crate) fn project(row: &Value, from: &[Column], to: &[Column]) -> Value {
+    let mut out = serde_json::Map::new();
+    for column in to {
+        let value = from
+            .iter()
+            .find(|c| c.id == column.id)
+            .and_then(|c| row.get(&c.name))
+            .cloned()
+            .unwrap_or(Value::Null);
+        out.insert(column.name.clone(), value);
+    }
+    Value::Object(out)
+}
+
+/// A snapshot as a differential test's oracle read it: its rows under its own schema.
+pub(crate) trait OracleSnapshot {
+    fn snapshot_id(&self) -> i64;
+    fn sequence_number(&self) -> i64;
+    /// What made it, for messages.
+    fn label(&self) -> String;
+    fn schema_id(&self) -> i32;
+    /// Its schema's top-level columns, in order.
+    fn columns(&self) -> Vec<Column>;
+    /// Its schema's column types as Iceberg JSON writes them, when the oracle knows them.
+    fn types(&self) -> Option<Vec<String>> {
+        None
+    }
+    /// Its schema's identifier columns' names.
+    fn identifier(&self) -> &[String];
+    /// Its rows, keyed by its schema's names.
+    fn rows(&self) -> &[Value];
+}
+
+/// What each snapshot must publish: its parent's rows read under its schema (by field
+/// id), diffed with its own rows by its identifier columns.
+pub(crate) fn expected_changes<S: OracleSnapshot>(snapshots: &[S]) -> Vec<(i64, Vec<String>)> {
+    let mut out = Vec::new();
+    let mut prev: Option<&S> = None;
+    for s in snapshots {
+        let columns = s.columns();
+        let before: Vec<Value> = match prev {
+            None => Vec::new(),
+            Some(p) => {
+                let from = p.columns();
+                p.rows()
+                    .iter()
+                    .map(|r| project(r, &from, &columns))
+                    .collect()
+            }
+        };
+        let key: Vec<&str> = s.identifier().iter().map(String::as_str).collect();
+        out.push((s.snapshot_id(), diff(&before, s.rows(), &key)));
+        prev = Some(s);
+    }
+    out
+}
+
+/// Each snapshot's label for messages, and its sequence number (for `compare_feed`).
+pub(crate) fn labels<S: OracleSnapshot>(
+    snapshots: &[S],
+) -> (Vec<(i64, String)>, HashMap<i64, i64>) {
+    let labels = snapshots
+        .iter()
+        .map(|s| (s.snapshot_id(), s.label()))
+        .collect();
+    let sequence = snapshots
+        .iter()
+        .map(|s| (s.snapshot_id(), s.sequence_number()))
+        .collect();
+    (labels, sequence)
+}
+
+/// Every event of table `id` carries its snapshot's schema id, and icefeed answers each
+/// such schema with that snapshot's columns (ids, names, and types where known) and
+/// identifier fields.
+pub(crate) async fn check_schemas<S: OracleSnapshot>(
+    node: &Node,
+    id: &str,
+    snapshots: &[S],
+) -> Result<(), String> {
+    let by_id: HashMap<i64, &S> = snapshots.iter().map(|s| (s.snapshot_id(), s)).collect();
+    let (events, _) = node.all_events(id, None, 500).await;
+    let mut failures = Vec::new();
+    let mut used = BTreeMap::new();
+    for e in &events {
+        let Some(s) = e["snapshot_id"].as_i64().and_then(|s| by_id.get(&s)) else {
+            failures.push(format!("event of an unknown snapshot: {e}"));
+            continue;
+        };
+        if e["schema_id"].as_i64() != Some(i64::from(s.schema_id())) {
+            failures.push(format!(
+                "event of snapshot {} ({}) has schema_id {}, the snapshot's schema is {}: {e}",
+                s.snapshot_id(),
+                s.label(),
+                e["schema_id"],
+                s.schema_id()
+            ));
+        }
+        used.insert(s.schema_id(), *s);
+    }
+    let normalize = |t: &str| t.replace([' ', '"'], "");
+    for (schema_id, s) in used {
+        let (status, schema) = node
+            .get(&format!("/v1/tables/{id}/schemas/{schema_id}"))
+            .await;
+        if status != 200 {
+            failures.push(format!(
+                "GET schema {schema_id}, which events carry: {status} {schema}"
+            ));
+            continue;
+        }
+        let fields = schema["fields"].as_array().cloned().unwrap_or_default();
+        let got: Vec<Column> = fields
+            .iter()
+            .map(|f| Column {
+                id: f["id"].as_i64().unwrap_or(-1) as i32,
+                name: f["name"].as_str().unwrap_or("?").to_string(),
+            })
+            .collect();
+        let want = s.columns();
+        if got != want {
+            failures.push(format!(
+                "schema {schema_id}: icefeed answers fields {got:?}, the snapshot's schema has {want:?}"
+            ));
+        }
+        if let Some(want) = s.types() {
+            let got: Vec<String> = fields
+                .iter()
+                .map(|f| normalize(&f["type"].to_string()))
+                .collect();
+            let want: Vec<String> = want.iter().map(|t| normalize(t)).collect();
+            if got != want {
+                failures.push(format!(
+                    "schema {schema_id}: icefeed answers types {got:?}, the snapshot's schema has {want:?}"
+                ));
+            }
+        }
+        let identifier: Vec<i32> = s
+            .identifier()
+            .iter()
+            .filter_map(|n| want.iter().find(|c| &c.name == n).map(|c| c.id))
+            .collect();
+        // Iceberg leaves the member out when there are none.
+        let served = schema
+            .get("identifier-field-ids")
+            .cloned()
+            .unwrap_or(json!([]));
+        if served != json!(identifier) {
+            failures.push(format!(
+                "schema {schema_id}: icefeed answers identifier-field-ids {served}, the \
+                 snapshot's schema has {identifier:?}"
+            ));
+        }
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures.join("\n  "))
+    }
+}

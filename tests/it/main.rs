@@ -16,6 +16,7 @@ mod push;
 mod pyiceberg;
 mod retention;
 mod s3;
+mod schema_evolution;
 mod sdk;
 mod spark;
 mod stream;

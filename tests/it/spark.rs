@@ -7,6 +7,11 @@
 //! `write.delete.granularity` file or partition) and 3 (deletion vectors), partitioned
 //! and not, with identifier field `id`. Merge-on-read histories switch a write mode to
 //! copy-on-write and back now and then; copy-on-write histories never use merge-on-read.
+//! Between commits, both change the schema: columns added (also in a given position),
+//! dropped, renamed (the identifier `id` and the partition source too), moved, and
+//! promoted (int to long, float to double, decimal(6,2) to decimal(9,2)). Each snapshot's
+//! expected change set is its parent's rows read under its schema by field id, diffed
+//! with its rows by its identifier column; every event must name its snapshot's schema.
 //!
 //! The oracle knows nothing of icefeed: after every commit the writer reads the table
 //! state through Spark (`VERSION AS OF`, checked against a plain model of the rows), and
@@ -22,7 +27,7 @@
 //! slow). Needs `ICEFEED_TEST_PYTHON` with pyspark and `ICEFEED_TEST_SPARK_JAR`, the
 //! Iceberg Spark runtime jar that scripts/spark.sh prints; scripts/test.sh sets both.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -32,7 +37,9 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::diffing::{compare_feed, diff, seeds_in};
+use crate::diffing::{
+    Column, OracleSnapshot, check_schemas, compare_feed, expected_changes, labels, seeds_in,
+};
 use crate::support::{KillOnDrop, Node};
 
 /// Merge-on-read seeds run when `ICEFEED_SPARK_SEEDS` is unset: v2 and v3, partitioned
@@ -65,6 +72,8 @@ struct History {
     partitioned: bool,
     granularity: String,
     seconds: f64,
+    /// The identifier columns' names in the newest schema.
+    identifier: Vec<String>,
     snapshots: Vec<Snapshot>,
 }
 
@@ -76,6 +85,11 @@ struct Snapshot {
     statement: String,
     sql: String,
     summary: BTreeMap<String, String>,
+    /// The snapshot's schema: its id, top-level columns and identifier columns' names.
+    schema_id: i32,
+    columns: Vec<Column>,
+    identifier: Vec<String>,
+    /// Its rows, keyed by its schema's names.
     rows: Vec<Value>,
 }
 
@@ -96,26 +110,42 @@ impl History {
         )
     }
 
-    /// What turning each snapshot's parent state into its state must publish, by key.
+    /// What turning each snapshot's parent state into its state must publish; a
+    /// `replace` snapshot must publish nothing.
     fn expected(&self) -> Vec<(i64, Vec<String>)> {
-        let mut prev: &[Value] = &[];
-        let mut out = Vec::new();
-        for s in &self.snapshots {
-            let changes = diff(prev, &s.rows, &["id"]);
+        let out = expected_changes(&self.snapshots);
+        for (s, (_, changes)) in self.snapshots.iter().zip(&out) {
             assert!(
                 s.operation != "replace" || changes.is_empty(),
                 "{}: Spark's replace snapshot {} changed the rows",
                 self.describe(),
                 s.snapshot_id
             );
-            out.push((s.snapshot_id, changes));
-            prev = &s.rows;
         }
         out
     }
 }
 
-impl Snapshot {
+impl OracleSnapshot for Snapshot {
+    fn snapshot_id(&self) -> i64 {
+        self.snapshot_id
+    }
+    fn sequence_number(&self) -> i64 {
+        self.sequence_number
+    }
+    fn schema_id(&self) -> i32 {
+        self.schema_id
+    }
+    fn columns(&self) -> Vec<Column> {
+        self.columns.clone()
+    }
+    fn identifier(&self) -> &[String] {
+        &self.identifier
+    }
+    fn rows(&self) -> &[Value] {
+        &self.rows
+    }
+
     /// `statement [operation; files added and removed]: SQL`, for messages.
     fn label(&self) -> String {
         let mut files = Vec::new();
@@ -328,7 +358,7 @@ async fn register(node: &Node, warehouse: &Path, history: &History) -> String {
     });
     let id = node.register(&body).await;
     let (_, t) = node.get(&format!("/v1/tables/{id}")).await;
-    assert_eq!(t["identifier_columns"], json!(["id"]), "{t}");
+    assert_eq!(t["identifier_columns"], json!(history.identifier), "{t}");
     id
 }
 
@@ -345,23 +375,6 @@ fn histories<'a>(written: &'a Written, mode: &str, seeds: &[u64]) -> Vec<&'a His
                 .unwrap_or_else(|| panic!("the writer wrote no {mode} history of seed {seed}"))
         })
         .collect()
-}
-
-impl History {
-    /// Each snapshot's label for messages, and its sequence number.
-    fn labels(&self) -> (Vec<(i64, String)>, HashMap<i64, i64>) {
-        let labels = self
-            .snapshots
-            .iter()
-            .map(|s| (s.snapshot_id, s.label()))
-            .collect();
-        let sequence = self
-            .snapshots
-            .iter()
-            .map(|s| (s.snapshot_id, s.sequence_number))
-            .collect();
-        (labels, sequence)
-    }
 }
 
 /// Checks the histories of `seeds` in `mode` ("mor" or "cow") against one node; every
@@ -413,10 +426,13 @@ async fn check(mode: &str, seeds: &[u64], var: &str, other_var: &str, test: &str
                 .entry(format!("{} [{}]", s.statement, s.operation))
                 .or_default() += 1;
         }
-        let (labels, sequence) = h.labels();
-        if let Err(failure) =
-            compare_feed(&node, id, &h.describe(), &labels, &sequence, &expected).await
-        {
+        let (labels, sequence) = labels(&h.snapshots);
+        let compared =
+            match compare_feed(&node, id, &h.describe(), &labels, &sequence, &expected).await {
+                Ok(()) => check_schemas(&node, id, &h.snapshots).await,
+                failed => failed,
+            };
+        if let Err(failure) = compared {
             failures.push(format!(
                 "seed {} ({mode}): {failure}\n  rerun it alone with \
                  {var}={} {other_var}= cargo test --test it {test}",
@@ -483,7 +499,7 @@ async fn a_node_killed_mid_merge_on_read_shuffle_loses_and_duplicates_nothing() 
     kill_a_task_runner(&db, &mut nodes).await;
     let survivor = Node::remote(nodes[0].base.clone());
     for (h, id) in histories.iter().zip(&ids) {
-        let (labels, sequence) = h.labels();
+        let (labels, sequence) = labels(&h.snapshots);
         if let Err(failure) = compare_feed(
             &survivor,
             id,

@@ -1,12 +1,20 @@
 """Seeded random histories written by Apache Spark + Iceberg, with their table states.
 
-The writer and the oracle of the merge-on-read differential test (tests/it/spark.rs).
-For every seed it creates a table in a Spark Hadoop catalog below <warehouse> (icefeed
-reads it with its `filesystem` catalog), commits 10-15 random statements (INSERT,
-UPDATE, DELETE, MERGE INTO, rewrite procedures; merge-on-read or copy-on-write as the
-seed's mode says) and, after every commit, reads the table state through Spark
-(`SELECT ... VERSION AS OF <snapshot>`). A plain model of the rows checks every state,
-so a mistake in a statement or in Spark fails here, not in icefeed's test.
+The writer and the oracle of the Spark differential test (tests/it/spark.rs). For every
+seed it creates a table in a Spark Hadoop catalog below <warehouse> (icefeed reads it
+with its `filesystem` catalog), commits 10-15 random statements (INSERT, UPDATE, DELETE,
+MERGE INTO, rewrite procedures; merge-on-read or copy-on-write as the seed's mode says)
+and, after every commit, reads the table state through Spark
+(`SELECT * ... VERSION AS OF <snapshot>`). Between statements (about 1 step in 6) the
+schema evolves by metadata-only ALTER TABLEs that make no snapshot: ADD COLUMN of a
+nullable INT, FLOAT, DECIMAL(6,2) or STRING (at the end, FIRST or AFTER a column),
+RENAME COLUMN of any column (the identifier `id` and the partition source `part`
+included), type promotion of an added column (INT to BIGINT, FLOAT to DOUBLE,
+DECIMAL(6,2) to DECIMAL(9,2)), DROP COLUMN of a column other than `id` and `part`, and
+moving a column (FIRST / AFTER). Later statements set and insert every current column
+by its current name, so change sets span several schemas. A plain model of the rows and
+of the schema checks every state and every schema, so a mistake in a statement or in
+Spark fails here, not in icefeed's test.
 
 Usage:
   spark_writer.py --jar <iceberg-spark-runtime.jar> --warehouse <dir> --out <file.json>
@@ -19,28 +27,57 @@ version 3 (deletion vectors) instead of 2, bit 2 (v2) `write.delete.granularity=
 instead of `file`. The JSON written to --out:
   {"spark": ..., "iceberg": ..., "seconds": ..., "histories": [
      {"seed", "mode": "mor"|"cow", "table": "spark.mor_seed_3", "location",
-      "format_version", "partitioned", "granularity", "seconds",
+      "format_version", "partitioned", "granularity", "seconds", "identifier",
       "snapshots": [{"snapshot_id", "parent_id", "sequence_number", "operation",
-                     "statement", "sql", "modes", "summary", "rows": [{id, part, payload, n}]}]}]}
+                     "statement", "sql", "schema_changes", "modes", "summary",
+                     "schema_id", "columns": [{"id", "name"}], "identifier",
+                     "rows": [{<column name>: value}]}]}]}
 `snapshots` lists every snapshot of the table, oldest first (the first one is the
-table's first snapshot), with the statement that made it, the write modes in force and
-the snapshot's summary (added/removed data files, position delete files, DVs...).
-A statement that commits nothing (a rewrite with nothing to do) is not listed.
+table's first snapshot), with the statement that made it, the ALTER TABLE statements
+run since the snapshot before it (`schema_changes`), the write modes in force and the
+snapshot's summary (added/removed data files, position delete files, DVs...).
+`schema_id` is the snapshot's `schema-id`; `columns` the top-level fields of that schema
+(Iceberg field id and name) in schema order; `identifier` the names of its identifier
+fields (one: `id` or what it was renamed to). `rows` are the snapshot's rows as Spark
+reads them with that schema: objects keyed by exactly the names in `columns`, sorted by
+the identifier; ints and strings as such, floats as JSON numbers (always k + 0.5 or
+k + 0.25, so their text is exact), decimals as strings with their 2 fractional digits
+("12.30", "-0.05"), null. A history's `identifier` names its identifier fields at the
+end. A statement that commits nothing (a rewrite with nothing to do) is not listed.
 Progress and errors go to stderr; exit status 1 on error.
 """
 
 import argparse
+import itertools
 import json
 import os
 import random
 import sys
 import time
 import traceback
+from decimal import Decimal
 
 CATALOG = "icefeed"
 NAMESPACE = "spark"
 PARTS = 4
 MODES = ("write.delete.mode", "write.update.mode", "write.merge.mode")
+# A SQL type of the model's schema: Iceberg's name of it in the table metadata, Spark's
+# (`DataType.simpleString`, what a time-travel read must show) and the kind of values.
+TYPES = {
+    "BIGINT": ("long", "bigint", "int"),
+    "INT": ("int", "int", "int"),
+    "STRING": ("string", "string", "string"),
+    "FLOAT": ("float", "float", "float"),
+    "DOUBLE": ("double", "double", "float"),
+    "DECIMAL(6,2)": ("decimal(6, 2)", "decimal(6,2)", "decimal"),
+    "DECIMAL(9,2)": ("decimal(9, 2)", "decimal(9,2)", "decimal"),
+}
+ADDED_TYPES = ("INT", "FLOAT", "DECIMAL(6,2)", "STRING")
+# The promotions Iceberg allows, each applied to columns of the left type added earlier.
+PROMOTIONS = {"INT": "BIGINT", "FLOAT": "DOUBLE", "DECIMAL(6,2)": "DECIMAL(9,2)"}
+CENT = Decimal("0.01")
+# The chance of a schema change before a data step (again after one): 1 step in 6.
+EVOLVE = 1 / 6
 
 
 def log(message: str) -> None:
@@ -88,16 +125,55 @@ def start_session(jar: str, warehouse: str, conf):
     return spark
 
 
-def lit(value) -> str:
+class Column:
+    """A column of the model's current schema. The model's rows are keyed by `key`, which
+    never changes (`id`, `part`, `payload`, `n`, `c7`...); `name` is the current SQL name
+    (renames change it), `type` the current SQL type (promotions change it) and
+    `field_id` Iceberg's id of the field, learnt from the metadata once it exists."""
+
+    def __init__(self, key: str, name: str, type_: str, added: bool = False):
+        self.key = key
+        self.name = name
+        self.type = type_
+        self.added = added
+        self.field_id = None
+
+    @property
+    def kind(self) -> str:
+        return TYPES[self.type][2]
+
+
+def lit(value, type_: str) -> str:
+    """A SQL literal of `value`; floats and decimals cast to the column's `type_`, so a
+    VALUES list or a CASE never widens them to another type."""
     if value is None:
         return "NULL"
     if isinstance(value, str):
         return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, float):
+        return f"CAST({value!r} AS {type_})"
+    if isinstance(value, Decimal):
+        return f"CAST({format(value, 'f')} AS {type_})"
     return str(int(value))
 
 
-def values(rows) -> str:
-    return ", ".join(f"({lit(r['id'])}, {lit(r['part'])}, {lit(r['payload'])}, {lit(r['n'])})" for r in rows)
+def json_value(value):
+    """A value as the JSON holds it: decimals as strings with their 2 fractional digits
+    (as icefeed writes them), everything else as is."""
+    if isinstance(value, Decimal):
+        cents = value.quantize(CENT)
+        if cents != value:
+            raise StepError(f"decimal {value} has more than 2 fractional digits")
+        return format(cents, "f")
+    return value
+
+
+def project(rows, from_columns, to_columns):
+    """Rows keyed by the names of schema `from_columns` as rows of schema `to_columns`,
+    matched by field id (as Iceberg reads an older file): a new column reads null, a
+    dropped one is gone, a renamed one takes its new name."""
+    names = {c["id"]: c["name"] for c in from_columns}
+    return [{c["name"]: r.get(names.get(c["id"])) for c in to_columns} for r in rows]
 
 
 def ids_in(ids) -> str:
@@ -105,7 +181,8 @@ def ids_in(ids) -> str:
 
 
 class History:
-    """One seed's table: the statements, the model of its rows, what Spark committed."""
+    """One seed's table: the statements, the model of its rows and schema, what Spark
+    committed."""
 
     def __init__(self, spark, warehouse: str, seed: int, mode: str):
         self.spark = spark
@@ -118,13 +195,46 @@ class History:
         self.granularity = "partition" if (seed & 4 and self.format_version == 2) else "file"
         self.name = f"{NAMESPACE}.{mode}_seed_{seed}"
         self.table = f"{CATALOG}.{self.name}"
-        self.model = {}  # id -> row
+        self.schema = [
+            Column("id", "id", "BIGINT"),
+            Column("part", "part", "INT"),
+            Column("payload", "payload", "STRING"),
+            Column("n", "n", "BIGINT"),
+        ]
+        self.model = {}  # id -> row, keyed by column keys
         self.next_id = 1
+        self.next_name = 1
         self.deleted_ids = []
         self.snapshots = []
+        self.spark_types = {}  # snapshot id -> Spark's types of its columns
         self.known = set()
         self.modes = {}
         self.statements = 0
+        self.schema_changes = []  # since the last snapshot
+        self.evolutions = 0
+
+    # -- The model's schema --------------------------------------------------------------
+
+    def column(self, key: str) -> Column:
+        return next(c for c in self.schema if c.key == key)
+
+    def key_name(self) -> str:
+        return self.column("id").name
+
+    def part_name(self) -> str:
+        return self.column("part").name
+
+    def non_key_columns(self):
+        """What an update sets: every column but the identifier."""
+        return [c for c in self.schema if c.key != "id"]
+
+    def value_columns(self):
+        """The non-key columns but `part`: what `changed` changes (never empty)."""
+        return [c for c in self.schema if c.key not in ("id", "part")]
+
+    def fresh_name(self) -> int:
+        self.next_name += 1
+        return self.next_name - 1
 
     # -- Spark ---------------------------------------------------------------------------
 
@@ -152,8 +262,27 @@ class History:
             f"USING iceberg {partitioning} TBLPROPERTIES ({tblprops})"
         )
         self.sql(f"ALTER TABLE {self.table} SET IDENTIFIER FIELDS id")
-        if self.metadata().get("snapshots"):
+        meta = self.metadata()
+        if meta.get("snapshots"):
             raise StepError("a new table has snapshots")
+        self.check_schema(meta)
+
+    def check_schema(self, meta) -> None:
+        """The table's current schema must be the model's: the same columns in the same
+        order, names and types, identified by `id`'s column. Learns the field ids of
+        columns just added."""
+        schema = schema_of(meta, meta["current-schema-id"])
+        ids = {f["name"]: f["id"] for f in schema["fields"]}
+        for c in self.schema:
+            if c.field_id is None:
+                c.field_id = ids.get(c.name)
+        have = [(f["id"], f["name"], f["type"]) for f in schema["fields"]]
+        want = [(c.field_id, c.name, TYPES[c.type][0]) for c in self.schema]
+        if have != want:
+            raise StepError(f"the table's schema differs from the model's\n  table: {have}\n  model: {want}")
+        identifier = identifier_names(schema)
+        if identifier != [self.key_name()]:
+            raise StepError(f"identifier fields {identifier}, not [{self.key_name()!r}]")
 
     def commit(self, label: str, statement: str, expected_model, expect_snapshot=True) -> None:
         """Runs `statement` and records the snapshots it made, with the rows the model
@@ -179,10 +308,18 @@ class History:
             log(f"  seed {self.seed} ({self.mode}) {label}: no snapshot")
             return
         self.model = {k: dict(v) for k, v in expected_model.items()}
-        want = sorted(self.model.values(), key=lambda r: r["id"])
+        # The model's rows are in terms of the current schema: the snapshots must have it.
+        self.check_schema(meta)
+        want = self.state()
         for i, s in enumerate(chain):
+            if s.get("schema-id") != meta["current-schema-id"]:
+                raise StepError(
+                    f"{label}: snapshot {s['snapshot-id']} has schema {s.get('schema-id')}, not the current one"
+                )
             summary = dict(s.get("summary", {}))
+            schema = schema_of(meta, s["schema-id"])
             self.known.add(s["snapshot-id"])
+            self.spark_types[s["snapshot-id"]] = [spark_type(f["type"]) for f in schema["fields"]]
             self.snapshots.append(
                 {
                     "snapshot_id": s["snapshot-id"],
@@ -191,38 +328,70 @@ class History:
                     "operation": summary.pop("operation", None),
                     "statement": label,
                     "sql": statement,
+                    "schema_changes": self.schema_changes if i == 0 else [],
                     "modes": dict(self.modes),
                     "summary": summary,
+                    "schema_id": s["schema-id"],
+                    "columns": [{"id": f["id"], "name": f["name"]} for f in schema["fields"]],
+                    "identifier": identifier_names(schema),
                     # What the model says; the last snapshot of a statement only.
                     "expected": want if i == len(chain) - 1 else None,
                 }
             )
+        self.schema_changes = []
+
+    def state(self):
+        """The model's rows as Spark reads them under the current schema: keyed by the
+        current names, in schema order, JSON-safe, sorted by id."""
+        rows = sorted(self.model.values(), key=lambda r: r["id"])
+        return [{c.name: json_value(r[c.key]) for c in self.schema} for r in rows]
 
     def read_states(self) -> None:
-        """Every snapshot's rows, read through Spark (`VERSION AS OF`) in one query, and
-        checked against the model."""
-        parts = [
-            f"SELECT {i} AS snapshot_index, id, part, payload, n FROM {self.table} VERSION AS OF {s['snapshot_id']}"
-            for i, s in enumerate(self.snapshots)
-        ]
-        states = [[] for _ in self.snapshots]
-        for r in self.spark.sql(" UNION ALL ".join(parts)).collect():
-            states[r.snapshot_index].append({"id": r.id, "part": r.part, "payload": r.payload, "n": r.n})
-        previous = []
+        """Every snapshot's rows, read through Spark (`SELECT * ... VERSION AS OF`) and
+        checked against the model. Consecutive snapshots of one schema are read in one
+        query (a UNION ALL; different schemas do not union)."""
+        states = []
+        for _, group in itertools.groupby(self.snapshots, key=lambda s: s["schema_id"]):
+            states.extend(self.read_group(list(group)))
+        previous, previous_columns = [], []
         for s, rows in zip(self.snapshots, states):
-            rows.sort(key=lambda r: r["id"])
+            key = s["identifier"][0]
+            rows.sort(key=lambda r: r[key])
             where = f"snapshot {s['snapshot_id']} ({s['statement']}: {s['sql']})"
             expected = s.pop("expected")
             if expected is not None and rows != expected:
                 raise StepError(
                     f"Spark's state differs from the model at {where}\n  spark: {rows}\n  model: {expected}"
                 )
-            if s["operation"] == "replace" and rows != previous:
+            # A rewrite may come after a schema change: compare under its schema.
+            if s["operation"] == "replace" and rows != project(previous, previous_columns, s["columns"]):
                 raise StepError(f"a replace snapshot changed the rows: {where}")
-            if len({r["id"] for r in rows}) != len(rows):
+            if len({r[key] for r in rows}) != len(rows):
                 raise StepError(f"duplicate ids at {where}")
             s["rows"] = rows
-            previous = rows
+            previous, previous_columns = rows, s["columns"]
+
+    def read_group(self, group):
+        """The rows of snapshots of one schema, one list per snapshot. Time travel to a
+        snapshot id reads with that snapshot's schema (not the table's current one): the
+        query's columns must be the snapshot's, by name and Spark type."""
+        names = [c["name"] for c in group[0]["columns"]]
+        query = " UNION ALL ".join(
+            f"SELECT {i} AS __snapshot_index, * FROM {self.table} VERSION AS OF {s['snapshot_id']}"
+            for i, s in enumerate(group)
+        )
+        frame = self.spark.sql(query)
+        have = [(f.name, f.dataType.simpleString()) for f in frame.schema.fields[1:]]
+        want = list(zip(names, self.spark_types[group[0]["snapshot_id"]]))
+        if have != want:
+            raise StepError(
+                f"time travel to snapshot {group[0]['snapshot_id']} (schema {group[0]['schema_id']}) "
+                f"did not read its schema\n  read: {have}\n  snapshot: {want}"
+            )
+        states = [[] for _ in group]
+        for r in frame.collect():
+            states[r[0]].append({name: json_value(v) for name, v in zip(names, r[1:])})
+        return states
 
     def set_mode(self, prop: str, value: str) -> None:
         self.sql(f"ALTER TABLE {self.table} SET TBLPROPERTIES ('{prop}' = '{value}')")
@@ -234,26 +403,44 @@ class History:
         self.next_id += 1
         return self.next_id - 1
 
-    def random_row(self, id_: int):
+    def random_value(self, column: Column, prefix: str = "p"):
+        """A value for `column`. Floats are k + 0.5 or k + 0.25 (exact in a FLOAT and
+        never integral, so the JSON text of Spark's value is icefeed's); decimals have
+        2 fractional digits."""
         rng = self.rng
-        return {
-            "id": id_,
-            "part": rng.randrange(PARTS),
-            "payload": None if rng.random() < 0.1 else f"p{rng.randrange(50)}",
-            "n": None if rng.random() < 0.1 else rng.randrange(-1000, 1000),
-        }
+        if column.key == "part":
+            return rng.randrange(PARTS)
+        if rng.random() < 0.1:
+            return None
+        if column.kind == "string":
+            return f"{prefix}{rng.randrange(50)}"
+        if column.kind == "int":
+            return rng.randrange(-1000, 1000) if column.key == "n" else rng.randrange(-50, 50)
+        if column.kind == "float":
+            return rng.randrange(-20, 20) + rng.choice((0.5, 0.25))
+        return (Decimal(rng.randrange(-20000, 20000)) / 100).quantize(CENT)
+
+    def random_row(self, id_: int):
+        return {c.key: id_ if c.key == "id" else self.random_value(c) for c in self.schema}
 
     def changed(self, row):
         rng = self.rng
         new = dict(row)
+        columns = self.value_columns()
         k = rng.randrange(4)
         if k == 0:
-            new["payload"] = f"u{rng.randrange(50)}"
+            # One column.
+            c = rng.choice(columns)
+            new[c.key] = self.random_value(c, "u")
         elif k == 1:
-            new["n"] = rng.randrange(-1000, 1000)
+            # Every column.
+            for c in columns:
+                new[c.key] = self.random_value(c, "u")
         elif k == 2:
-            new["payload"] = None
-            new["n"] = (row["n"] or 0) + 1
+            # One column to null, the others new.
+            cleared = rng.choice(columns)
+            for c in columns:
+                new[c.key] = None if c is cleared else self.random_value(c, "u")
         # k == 3: an update to the same values
         return new
 
@@ -274,19 +461,23 @@ class History:
         model = dict(self.model)
         for r in rows:
             model[r["id"]] = r
-        self.commit("insert", f"INSERT INTO {self.table} VALUES {values(rows)}", model)
+        # Every column, by name: the statement does not depend on the column order.
+        names = ", ".join(c.name for c in self.schema)
+        tuples = ", ".join("(" + ", ".join(lit(r[c.key], c.type) for c in self.schema) + ")" for r in rows)
+        self.commit("insert", f"INSERT INTO {self.table} ({names}) VALUES {tuples}", model)
 
     def update_rows(self, label: str, new_rows) -> None:
-        """UPDATE ... SET col = CASE id WHEN ... END for each column, WHERE id IN (...)."""
+        """UPDATE ... SET col = CASE id WHEN ... END for each non-key column, WHERE id IN (...)."""
+        key = self.key_name()
         sets = []
-        for col in ("part", "payload", "n"):
-            cases = " ".join(f"WHEN {r['id']} THEN {lit(r[col])}" for r in new_rows)
-            sets.append(f"{col} = CASE id {cases} ELSE {col} END")
+        for c in self.non_key_columns():
+            cases = " ".join(f"WHEN {r['id']} THEN {lit(r[c.key], c.type)}" for r in new_rows)
+            sets.append(f"{c.name} = CASE {key} {cases} ELSE {c.name} END")
         ids = [r["id"] for r in new_rows]
         model = dict(self.model)
         for r in new_rows:
             model[r["id"]] = r
-        statement = f"UPDATE {self.table} SET {', '.join(sets)} WHERE id IN ({ids_in(ids)})"
+        statement = f"UPDATE {self.table} SET {', '.join(sets)} WHERE {key} IN ({ids_in(ids)})"
         self.commit(label, statement, model)
 
     def update(self) -> None:
@@ -303,24 +494,24 @@ class History:
         self.update_rows("update moving rows", rows)
 
     def update_noop(self) -> None:
-        col = self.rng.choice(["n", "payload", "part"])
+        sets = ", ".join(f"{c.name} = {c.name}" for c in self.non_key_columns())
         if self.rng.random() < 0.3:
-            where = f"part = {self.rng.choice(sorted({r['part'] for r in self.model.values()}))}"
+            where = f"{self.part_name()} = {self.rng.choice(sorted({r['part'] for r in self.model.values()}))}"
         else:
-            where = f"id IN ({ids_in(self.pick(1, 4))})"
-        self.commit("no-op update", f"UPDATE {self.table} SET {col} = {col} WHERE {where}", self.model)
+            where = f"{self.key_name()} IN ({ids_in(self.pick(1, 4))})"
+        self.commit("no-op update", f"UPDATE {self.table} SET {sets} WHERE {where}", self.model)
 
     def delete(self) -> None:
         ids = self.pick(1, 4)
         model = {k: v for k, v in self.model.items() if k not in ids}
         self.deleted_ids.extend(ids)
-        self.commit("delete rows", f"DELETE FROM {self.table} WHERE id IN ({ids_in(ids)})", model)
+        self.commit("delete rows", f"DELETE FROM {self.table} WHERE {self.key_name()} IN ({ids_in(ids)})", model)
 
     def delete_partition(self) -> None:
         part = self.rng.choice(sorted({r["part"] for r in self.model.values()}))
         model = {k: v for k, v in self.model.items() if v["part"] != part}
         self.deleted_ids.extend(k for k, v in self.model.items() if v["part"] == part)
-        self.commit("delete partition", f"DELETE FROM {self.table} WHERE part = {part}", model)
+        self.commit("delete partition", f"DELETE FROM {self.table} WHERE {self.part_name()} = {part}", model)
 
     def merge(self) -> None:
         source = []
@@ -341,16 +532,21 @@ class History:
             source.append({**row, "op": "i"})
             model[row["id"]] = row
         self.rng.shuffle(source)
-        rows = ", ".join(
-            f"({lit(r['id'])}, {lit(r['part'])}, {lit(r['payload'])}, {lit(r['n'])}, '{r['op']}')" for r in source
-        )
+        # The source has the target's current names; each column cast to its type (a
+        # column of NULLs only would otherwise have none).
+        columns = self.schema
+        rows = ", ".join("(" + ", ".join(lit(r[c.key], c.type) for c in columns) + f", '{r['op']}')" for r in source)
+        names = ", ".join(c.name for c in columns)
+        casts = ", ".join(f"CAST({c.name} AS {c.type}) AS {c.name}" for c in columns)
+        updates = ", ".join(f"t.{c.name} = s.{c.name}" for c in self.non_key_columns())
+        inserted = ", ".join(f"s.{c.name}" for c in columns)
+        key = self.key_name()
         statement = (
-            f"MERGE INTO {self.table} t USING (SELECT CAST(id AS BIGINT) AS id, CAST(part AS INT) AS part, "
-            f"CAST(payload AS STRING) AS payload, CAST(n AS BIGINT) AS n, op "
-            f"FROM VALUES {rows} AS s(id, part, payload, n, op)) s ON t.id = s.id "
+            f"MERGE INTO {self.table} t USING (SELECT {casts}, op "
+            f"FROM VALUES {rows} AS s({names}, op)) s ON t.{key} = s.{key} "
             f"WHEN MATCHED AND s.op = 'd' THEN DELETE "
-            f"WHEN MATCHED THEN UPDATE SET t.part = s.part, t.payload = s.payload, t.n = s.n "
-            f"WHEN NOT MATCHED THEN INSERT (id, part, payload, n) VALUES (s.id, s.part, s.payload, s.n)"
+            f"WHEN MATCHED THEN UPDATE SET {updates} "
+            f"WHEN NOT MATCHED THEN INSERT ({names}) VALUES ({inserted})"
         )
         self.commit("merge", statement, model)
 
@@ -392,6 +588,112 @@ class History:
         ("rewrite_position_deletes", 1),
     )
 
+    # -- Schema evolution (metadata only, no snapshot) -----------------------------------
+
+    def evolve(self, statement: str, change) -> None:
+        """Runs an ALTER TABLE, then `change()` applies it to the model's schema and rows;
+        the table must make no snapshot and have the model's schema after it."""
+        self.sql(statement)
+        meta = self.metadata()
+        new = [s["snapshot-id"] for s in meta.get("snapshots", []) if s["snapshot-id"] not in self.known]
+        if new:
+            raise StepError(f"schema change made snapshots {new}:\n  {statement}")
+        change()
+        self.check_schema(meta)
+        self.schema_changes.append(statement)
+        self.evolutions += 1
+
+    def add_column(self) -> None:
+        key = f"c{self.fresh_name()}"
+        column = Column(key, key, self.rng.choice(ADDED_TYPES), added=True)
+        r = self.rng.random()
+        if r < 0.2:
+            position, index = " FIRST", 0
+        elif r < 0.45:
+            after = self.rng.choice(self.schema)
+            position, index = f" AFTER {after.name}", self.schema.index(after) + 1
+        else:
+            position, index = "", len(self.schema)
+
+        def change():
+            self.schema.insert(index, column)
+            # Rows written before read null.
+            for row in self.model.values():
+                row[column.key] = None
+
+        self.evolve(f"ALTER TABLE {self.table} ADD COLUMN {column.name} {column.type}{position}", change)
+
+    def rename_column(self) -> None:
+        # Any column, the identifier and the partition source more often than the others:
+        # Iceberg tracks both by field id, a reader going by name would lose them.
+        weights = [{"id": 3, "part": 2}.get(c.key, 1) for c in self.schema]
+        column = self.rng.choices(self.schema, weights)[0]
+        new = f"{column.key}_r{self.fresh_name()}"
+
+        def change():
+            column.name = new
+
+        self.evolve(f"ALTER TABLE {self.table} RENAME COLUMN {column.name} TO {new}", change)
+
+    def promotable(self):
+        return [c for c in self.schema if c.added and c.type in PROMOTIONS]
+
+    def promote_column(self) -> None:
+        column = self.rng.choice(self.promotable())
+        wider = PROMOTIONS[column.type]
+
+        def change():
+            # The values stay: every old value is one of the wider type.
+            column.type = wider
+
+        self.evolve(f"ALTER TABLE {self.table} ALTER COLUMN {column.name} TYPE {wider}", change)
+
+    def droppable(self):
+        """Not the identifier, not the partition source (Iceberg refuses both; `part`
+        stays in unpartitioned tables too, for the partition steps), and one value
+        column stays so that updates change something."""
+        columns = self.value_columns()
+        return columns if len(columns) > 1 else []
+
+    def drop_column(self) -> None:
+        column = self.rng.choice(self.droppable())
+
+        def change():
+            self.schema.remove(column)
+            for row in self.model.values():
+                del row[column.key]
+
+        self.evolve(f"ALTER TABLE {self.table} DROP COLUMN {column.name}", change)
+
+    def move_column(self) -> None:
+        column = self.rng.choice(self.schema)
+        others = [c for c in self.schema if c is not column]
+        if self.rng.random() < 0.4:
+            position, order = "FIRST", [column] + others
+        else:
+            after = self.rng.choice(others)
+            i = others.index(after) + 1
+            position, order = f"AFTER {after.name}", others[:i] + [column] + others[i:]
+
+        def change():
+            self.schema[:] = order
+
+        self.evolve(f"ALTER TABLE {self.table} ALTER COLUMN {column.name} {position}", change)
+
+    def pick_evolution(self) -> str:
+        """The name of a random schema change among those possible now."""
+        options = [
+            ("add_column", 4, True),
+            ("rename_column", 3, True),
+            # Only possible once a column was added: more weight, not to be rare.
+            ("promote_column", 5, bool(self.promotable())),
+            ("drop_column", 2, bool(self.droppable())),
+            ("move_column", 2, True),
+        ]
+        names = [n for n, _, ok in options if ok]
+        weights = [w for _, w, ok in options if ok]
+        return self.rng.choices(names, weights)[0]
+
     def run(self) -> None:
         started = time.time()
         where = f"seed {self.seed} ({self.mode}, table {self.name})"
@@ -402,10 +704,16 @@ class History:
         steps = self.rng.randint(10, 15)
         names = [n for n, w in self.STEPS for _ in range(w)]
         for step in range(steps):
-            name = "insert" if not self.model else self.rng.choice(names)
+            name = "switch_mode"
             try:
                 if self.mode == "mor" and step > 0 and self.rng.random() < 0.15:
                     self.switch_mode()
+                # Schema changes between data steps, sometimes several in a row (schemas
+                # no snapshot has); they come on top of the data steps.
+                while step > 0 and self.rng.random() < EVOLVE:
+                    name = self.pick_evolution()
+                    getattr(self, name)()
+                name = "insert" if not self.model else self.rng.choice(names)
                 getattr(self, name)()
             except StepError as e:
                 raise StepError(f"{where} step {step + 1} ({name}): {e}") from e
@@ -413,15 +721,19 @@ class History:
             self.read_states()
         except StepError as e:
             raise StepError(f"{where} reading the states back: {e}") from e
-        self.location = self.metadata()["location"]
+        meta = self.metadata()
+        self.location = meta["location"]
+        self.identifier = identifier_names(schema_of(meta, meta["current-schema-id"]))
         self.seconds = time.time() - started
         ops = {}
         for s in self.snapshots:
             ops[s["operation"]] = ops.get(s["operation"], 0) + 1
+        schemas = len({s["schema_id"] for s in self.snapshots})
         log(
             f"seed {self.seed} ({self.mode}, v{self.format_version}, "
             f"{'partitioned' if self.partitioned else 'unpartitioned'}, granularity {self.granularity}): "
-            f"{len(self.snapshots)} snapshots {ops} from {self.statements} statements in {self.seconds:.1f} s"
+            f"{len(self.snapshots)} snapshots {ops} under {schemas} schemas, schema changes {self.evolutions}, "
+            f"from {self.statements} statements in {self.seconds:.1f} s"
         )
 
     def metadata(self):
@@ -441,8 +753,23 @@ class History:
             "partitioned": self.partitioned,
             "granularity": self.granularity,
             "seconds": round(self.seconds, 2),
+            "identifier": self.identifier,
             "snapshots": self.snapshots,
         }
+
+
+def schema_of(meta, schema_id: int):
+    return next(s for s in meta["schemas"] if s["schema-id"] == schema_id)
+
+
+def identifier_names(schema):
+    names = {f["id"]: f["name"] for f in schema["fields"]}
+    return [names[i] for i in schema.get("identifier-field-ids", [])]
+
+
+def spark_type(iceberg_type: str) -> str:
+    """Spark's name of an Iceberg primitive type of the metadata."""
+    return next(spark for iceberg, spark, _ in TYPES.values() if iceberg == iceberg_type)
 
 
 def parse_seeds(spec: str):
