@@ -22,7 +22,7 @@ use roaring::RoaringTreemap;
 
 use super::deletes::DeleteRef;
 use super::vector;
-use crate::changes::ChangeStoreError;
+use crate::changes::{ChangeStoreError, ReadSchema};
 use crate::changes::segment::column_of;
 
 /// Field ids of a position delete file's columns (Iceberg spec, reserved ids).
@@ -53,11 +53,13 @@ pub struct DataFileRef<'a> {
 
 impl DeleteCache {
     /// The positions of `data` that `deletes` remove.
+    /// `schema` gives the initial defaults of columns the data file predates.
     pub async fn dead(
         &self,
         file_io: &FileIO,
         data: &DataFileRef<'_>,
         deletes: &[DeleteRef],
+        schema: &ReadSchema,
     ) -> Result<RoaringTreemap, ChangeStoreError> {
         let mut dead = RoaringTreemap::new();
         let mut equality: HashMap<&[i32], Vec<&str>> = HashMap::new();
@@ -106,7 +108,7 @@ impl DeleteCache {
         }
         for (field_ids, paths) in equality {
             let keys = self.key_set(file_io, field_ids, paths).await?;
-            dead |= matching_positions(file_io, data.path, field_ids, &keys).await?;
+            dead |= matching_positions(file_io, data.path, field_ids, &keys, schema).await?;
         }
         Ok(dead)
     }
@@ -203,6 +205,7 @@ async fn matching_positions(
     path: &str,
     field_ids: &[i32],
     keys: &KeySet,
+    schema: &ReadSchema,
 ) -> Result<RoaringTreemap, ChangeStoreError> {
     let mut dead = RoaringTreemap::new();
     if keys.keys.is_empty() {
@@ -211,12 +214,18 @@ async fn matching_positions(
     let converter = converter(&keys.types)?;
     let mut position = 0u64;
     for (rows, columns) in read_fields(file_io, path, field_ids).await? {
-        // A column added after the file was written reads as null.
-        let columns: Vec<ArrayRef> = columns
+        // A column added after the file was written reads as its initial default or null.
+        let columns = columns
             .into_iter()
-            .zip(&keys.types)
-            .map(|(c, t)| c.unwrap_or_else(|| new_null_array(t, rows)))
-            .collect();
+            .zip(field_ids.iter().zip(&keys.types))
+            .map(|(c, (id, t))| match c {
+                Some(c) => Ok(c),
+                None => match schema.default_column(*id, rows) {
+                    Some(default) => default,
+                    None => Ok(new_null_array(t, rows)),
+                },
+            })
+            .collect::<Result<Vec<ArrayRef>, _>>()?;
         let converted = converter.convert_columns(&casts(&columns, &keys.types)?)?;
         for (i, row) in converted.iter().enumerate() {
             if keys.keys.contains(&row.owned()) {

@@ -31,6 +31,7 @@ enum Selected {
 async fn select(
     file_io: &FileIO,
     rows: &FileRows,
+    schema: &ReadSchema,
     deletes: &DeleteCache,
 ) -> Result<Selected, ChangeStoreError> {
     if rows.is_whole() {
@@ -40,9 +41,9 @@ async fn select(
         path: &rows.path,
         record_count: rows.record_count,
     };
-    let dead = deletes.dead(file_io, &data, &rows.deletes).await?;
+    let dead = deletes.dead(file_io, &data, &rows.deletes, schema).await?;
     let selected = match &rows.only_deleted_by {
-        Some(others) => deletes.dead(file_io, &data, others).await? - dead,
+        Some(others) => deletes.dead(file_io, &data, others, schema).await? - dead,
         None if dead.is_empty() => return Ok(Selected::All),
         None => {
             let mut all = RoaringTreemap::new();
@@ -102,7 +103,7 @@ pub async fn stream_data_file(
     schema: &ReadSchema,
     deletes: &DeleteCache,
 ) -> Result<BoxStream<'static, Result<RecordBatch, ChangeStoreError>>, ChangeStoreError> {
-    let selected = select(file_io, rows, deletes).await?;
+    let selected = select(file_io, rows, schema, deletes).await?;
     if let Selected::Nothing = selected {
         return Ok(futures::stream::empty().boxed());
     }
@@ -133,7 +134,7 @@ pub async fn read_data_file(
     schema: &ReadSchema,
     deletes: &DeleteCache,
 ) -> Result<Vec<RecordBatch>, ChangeStoreError> {
-    let selected = select(file_io, rows, deletes).await?;
+    let selected = select(file_io, rows, schema, deletes).await?;
     if let Selected::Nothing = selected {
         return Ok(Vec::new());
     }

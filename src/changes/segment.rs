@@ -4,10 +4,15 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use arrow::array::{ArrayRef, RecordBatch, new_null_array};
+use arrow::array::{
+    ArrayRef, BinaryArray, BooleanArray, Decimal128Array, FixedSizeBinaryArray, Float32Array,
+    Float64Array, Int32Array, Int64Array, RecordBatch, StringArray, UInt32Array, new_null_array,
+};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Field, Schema as ArrowSchema, SchemaRef};
+use arrow::error::ArrowError;
 use futures::TryStreamExt;
+use iceberg::spec::{Literal, PrimitiveLiteral};
 use object_store::ObjectStoreExt;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, RowSelection, RowSelector,
@@ -28,14 +33,41 @@ pub struct ReadSchema {
     pub field_ids: Vec<i32>,
     /// The Arrow schema the iceberg crate derives for the Iceberg schema.
     pub arrow: SchemaRef,
+    /// Each column's `initial-default` (v3) as one value of its Arrow type: what a file
+    /// written before the column was added reads as (null without one).
+    pub defaults: Vec<Option<ArrayRef>>,
 }
 
 impl ReadSchema {
     /// The read schema of an Iceberg schema's top-level fields.
     pub fn new(schema: &iceberg::spec::Schema) -> Result<Self, iceberg::Error> {
         let arrow = Arc::new(iceberg::arrow::schema_to_arrow_schema(schema)?);
-        let field_ids = schema.as_struct().fields().iter().map(|f| f.id).collect();
-        Ok(Self { field_ids, arrow })
+        let fields = schema.as_struct().fields();
+        let field_ids = fields.iter().map(|f| f.id).collect();
+        let defaults = fields
+            .iter()
+            .zip(arrow.fields())
+            .map(|(f, a)| match &f.initial_default {
+                Some(literal) => default_value(literal, a.data_type()).map(Some),
+                None => Ok(None),
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            field_ids,
+            arrow,
+            defaults,
+        })
+    }
+
+    /// `rows` copies of the initial default of field `id`, if it has one.
+    pub fn default_column(&self, id: i32, rows: usize) -> Option<Result<ArrayRef, ArrowError>> {
+        let i = self.field_ids.iter().position(|f| *f == id)?;
+        let value = self.defaults[i].as_ref()?;
+        Some(arrow::compute::take(
+            value,
+            &UInt32Array::from(vec![0u32; rows]),
+            None,
+        ))
     }
 
     /// The schema of batches [`conform`] produces: the same columns, all nullable and
@@ -187,8 +219,50 @@ pub(crate) fn column_of(schema: &ArrowSchema, id: i32) -> Option<usize> {
         .position(|f| f.metadata().get(PARQUET_FIELD_ID_META_KEY) == Some(&id))
 }
 
+/// One value of Arrow type `target` holding a primitive `initial-default`.
+fn default_value(literal: &Literal, target: &DataType) -> Result<ArrayRef, iceberg::Error> {
+    let unsupported = || {
+        iceberg::Error::new(
+            iceberg::ErrorKind::FeatureUnsupported,
+            format!("initial-default {literal:?} for a column of type {target}"),
+        )
+    };
+    let Literal::Primitive(value) = literal else {
+        return Err(unsupported());
+    };
+    let natural: ArrayRef = match (value, target) {
+        (PrimitiveLiteral::Int128(v), DataType::Decimal128(p, s)) => Arc::new(
+            Decimal128Array::from(vec![*v])
+                .with_precision_and_scale(*p, *s)
+                .map_err(|_| unsupported())?,
+        ),
+        (PrimitiveLiteral::UInt128(v), DataType::FixedSizeBinary(16)) => Arc::new(
+            FixedSizeBinaryArray::try_from_iter(std::iter::once(v.to_be_bytes()))
+                .map_err(|_| unsupported())?,
+        ),
+        (PrimitiveLiteral::Boolean(v), _) => Arc::new(BooleanArray::from(vec![*v])),
+        (PrimitiveLiteral::Int(v), _) => Arc::new(Int32Array::from(vec![*v])),
+        (PrimitiveLiteral::Long(v), _) => Arc::new(Int64Array::from(vec![*v])),
+        (PrimitiveLiteral::Float(v), _) => Arc::new(Float32Array::from(vec![v.0])),
+        (PrimitiveLiteral::Double(v), _) => Arc::new(Float64Array::from(vec![v.0])),
+        (PrimitiveLiteral::String(v), _) => Arc::new(StringArray::from(vec![v.as_str()])),
+        (PrimitiveLiteral::Binary(v), DataType::FixedSizeBinary(_)) => Arc::new(
+            FixedSizeBinaryArray::try_from_iter(std::iter::once(v)).map_err(|_| unsupported())?,
+        ),
+        (PrimitiveLiteral::Binary(v), _) => Arc::new(BinaryArray::from(vec![v.as_slice()])),
+        _ => return Err(unsupported()),
+    };
+    if natural.data_type() == target {
+        return Ok(natural);
+    }
+    // Dates are days, times and timestamps ticks of the Arrow type's unit: casts of the
+    // integer keep the value.
+    cast(&natural, target).map_err(|_| unsupported())
+}
+
 /// Arranges a batch read from a file into the read schema's column order: promoted
-/// primitive types are cast (int → long, float → double), absent columns become nulls.
+/// primitive types are cast (int → long, float → double), absent columns become their
+/// initial default or nulls.
 pub fn conform(batch: &RecordBatch, schema: &ReadSchema) -> Result<RecordBatch, ChangeStoreError> {
     let rows = batch.num_rows();
     let mut fields = Vec::with_capacity(schema.field_ids.len());
@@ -203,7 +277,10 @@ pub fn conform(batch: &RecordBatch, schema: &ReadSchema) -> Result<RecordBatch, 
                     cast(column, target.data_type())?
                 }
             }
-            None => new_null_array(target.data_type(), rows),
+            None => match schema.default_column(*id, rows) {
+                Some(column) => column?,
+                None => new_null_array(target.data_type(), rows),
+            },
         };
         fields.push(Field::new(target.name(), column.data_type().clone(), true));
         columns.push(column);
@@ -291,5 +368,45 @@ mod tests {
             .page_locations()
             .len();
         assert_eq!(pages, 10, "the test segment has pages of 100 rows");
+    }
+
+    #[test]
+    fn columns_a_file_predates_read_as_their_initial_default() {
+        use iceberg::spec::{Literal, NestedField, PrimitiveType, Schema, Type};
+        let field = |id, name: &str, t| NestedField::optional(id, name, Type::Primitive(t));
+        let schema = Schema::builder()
+            .with_fields([
+                field(1, "id", PrimitiveType::Long).into(),
+                field(2, "tier", PrimitiveType::String)
+                    .with_initial_default(Literal::string("basic"))
+                    .into(),
+                field(3, "day", PrimitiveType::Date)
+                    .with_initial_default(Literal::date(19_000))
+                    .into(),
+                field(4, "note", PrimitiveType::String).into(),
+            ])
+            .build()
+            .unwrap();
+        let read = ReadSchema::new(&schema).unwrap();
+        let mut metadata = std::collections::HashMap::new();
+        metadata.insert(PARQUET_FIELD_ID_META_KEY.to_string(), "1".to_string());
+        let file_schema = Arc::new(ArrowSchema::new(vec![
+            Field::new("id", DataType::Int64, false).with_metadata(metadata),
+        ]));
+        let batch = RecordBatch::try_new(file_schema, vec![Arc::new(Int64Array::from(vec![1, 2]))])
+            .unwrap();
+        let out = conform(&batch, &read).unwrap();
+        assert_eq!(
+            out.column(1).as_string::<i32>().iter().collect::<Vec<_>>(),
+            [Some("basic"); 2]
+        );
+        assert_eq!(
+            out.column(2)
+                .as_primitive::<arrow::datatypes::Date32Type>()
+                .values()
+                .to_vec(),
+            [19_000, 19_000]
+        );
+        assert_eq!(out.column(3).null_count(), 2);
     }
 }

@@ -116,6 +116,17 @@ fn p(id: i64, v: &str) -> Value {
     row(id, v, Some("p"))
 }
 
+/// A v3 schema change: column `tier` added with the initial default `basic`.
+fn add_tier() -> Value {
+    json!({"op": "update_schema",
+           "add": [{"name": "tier", "type": "string", "default": "basic"}]})
+}
+
+/// A row in partition `cat = 'p'` with a `tier`.
+fn tiered(id: i64, v: &str, tier: &str) -> Value {
+    json!({"id": id, "v": v, "cat": "p", "tier": tier})
+}
+
 /// `create`: the matrix's table, partitioned by `identity(cat)` or not.
 fn create(format_version: u8, partitioned: bool) -> Value {
     let partition = if partitioned {
@@ -649,6 +660,45 @@ fn cases() -> Vec<Case> {
             ],
             vec![ins(p(2, "Y"))],
         ),
+        // V3D1: v3, a column added with an initial default: the rows of older files read
+        // as the default, in a deletion vector's update as in its parent.
+        Case::new(
+            "V3D1",
+            "v3d1",
+            vec![
+                create(3, true),
+                s0(),
+                add_tier(),
+                row_delta(
+                    "S1",
+                    vec![file("F3", vec![tiered(2, "B", "gold")])],
+                    vec![],
+                    vec![pd("DV1", "F1", &[1])],
+                ),
+            ],
+            vec![upd(tiered(2, "b", "basic"), tiered(2, "B", "gold"))],
+        ),
+        // V3D2: ... and an equality delete on that column matches the default in older files.
+        Case::new(
+            "V3D2",
+            "v3d2",
+            vec![
+                create(3, false),
+                s0(),
+                add_tier(),
+                append("S1", vec![file("F3", vec![tiered(6, "f", "gold")])]),
+                row_delta(
+                    "S2",
+                    vec![],
+                    vec![ed("ED1", &["tier"], vec![json!({"tier": "basic"})])],
+                    vec![],
+                ),
+            ],
+            [(1, "a"), (2, "b"), (3, "c"), (4, "d"), (5, "e")]
+                .into_iter()
+                .map(|(id, v)| del(tiered(id, v, "basic")))
+                .collect(),
+        ),
         // D1: a removed file is read with the parent's position deletes.
         Case::new(
             "D1",
@@ -1068,6 +1118,8 @@ icefeed_cases! {
     d2_a_removed_file_is_read_with_its_equality_deletes => "D2",
     d3_a_copy_on_write_rewrite_of_a_file_with_deletes => "D3",
     d4_v3_a_file_removed_with_its_dv => "D4",
+    v3d1_older_files_read_a_column_added_later_as_its_initial_default => "V3D1",
+    v3d2_equality_deletes_match_the_initial_default_in_older_files => "V3D2",
 }
 
 /// Registered with the default start, icefeed exports each case's table at its last

@@ -71,6 +71,7 @@ import org.apache.iceberg.deletes.PositionDeleteWriter;
 import org.apache.iceberg.encryption.EncryptedOutputFile;
 import org.apache.iceberg.encryption.EncryptionUtil;
 import org.apache.iceberg.expressions.Expressions;
+import org.apache.iceberg.expressions.Literal;
 import org.apache.iceberg.expressions.Term;
 import org.apache.iceberg.hadoop.HadoopCatalog;
 import org.apache.iceberg.io.CloseableIterable;
@@ -376,13 +377,36 @@ public final class IcebergWriter {
         : Integer.parseInt(transform.substring(bracket + 1, transform.length() - 1));
   }
 
+  /** A JSON value as an Iceberg literal of `type`. */
+  private static Literal<?> literal(JsonNode value, Type type) {
+    Literal<?> literal;
+    if (value.isTextual()) {
+      literal = Literal.of(value.asText());
+    } else if (value.isBoolean()) {
+      literal = Literal.of(value.asBoolean());
+    } else if (value.isIntegralNumber()) {
+      literal = Literal.of(value.asLong());
+    } else {
+      literal = Literal.of(value.asDouble());
+    }
+    Literal<?> converted = literal.to(type);
+    if (converted == null) {
+      throw new IllegalArgumentException("default " + value + " is not a " + type);
+    }
+    return converted;
+  }
+
   private static void updateSchema(Table table, JsonNode step) {
     UpdateSchema update = table.updateSchema();
     for (JsonNode c : step.withArray("add")) {
+      Type type = type(text(c, "type"));
       if (c.path("required").asBoolean(false)) {
-        update.allowIncompatibleChanges().addRequiredColumn(text(c, "name"), type(text(c, "type")));
+        update.allowIncompatibleChanges().addRequiredColumn(text(c, "name"), type);
+      } else if (c.has("default")) {
+        // v3: older files read the column as this initial default.
+        update.addColumn(text(c, "name"), type, literal(c.get("default"), type));
       } else {
-        update.addColumn(text(c, "name"), type(text(c, "type")));
+        update.addColumn(text(c, "name"), type);
       }
     }
     step.withObject("rename").fields()
