@@ -7,6 +7,7 @@ pub mod deletes;
 mod lineage;
 pub mod read;
 mod state;
+mod summary;
 mod vector;
 
 use iceberg::spec::{DataFileFormat, ManifestContentType, ManifestStatus, SnapshotRef};
@@ -139,6 +140,14 @@ pub async fn plan_snapshot(
                 _ => added.push(file),
             }
         }
+    }
+    let counts = summary::FileCounts {
+        added_data: added.len(),
+        removed_data: removed.len(),
+        ..Default::default()
+    };
+    if let Some(reason) = summary::disagreement(snapshot, &counts) {
+        return Ok(SnapshotPlan::Unsupported(reason));
     }
     if removed.is_empty() {
         Ok(SnapshotPlan::Inserts(added))

@@ -18,6 +18,7 @@ use iceberg::spec::{DataContentType, DataFileFormat, ManifestList, ManifestStatu
 use iceberg::table::Table;
 
 use super::deletes::{DataEntry, DeleteEntry, DeleteError, DeleteIndex, DeleteRef, Scope};
+use super::summary::{FileCounts, disagreement};
 use super::{FileRows, PlanError, SnapshotPlan, unreadable};
 
 /// The content files of a snapshot: what is live in it and what it changed.
@@ -28,6 +29,8 @@ struct Entries {
     added_data: Vec<String>,
     removed_data: Vec<DataEntry>,
     added_deletes: HashSet<String>,
+    /// Delete file entries added (deletion vectors share a Puffin file's path).
+    added_delete_entries: usize,
     removed_deletes: Vec<DeleteEntry>,
 }
 
@@ -41,6 +44,15 @@ pub(super) async fn plan_with_deletes(
         Ok(entries) => entries,
         Err(reason) => return Ok(SnapshotPlan::Unsupported(reason)),
     };
+    let counts = FileCounts {
+        added_data: entries.added_data.len(),
+        removed_data: entries.removed_data.len(),
+        added_deletes: Some(entries.added_delete_entries),
+        removed_deletes: Some(entries.removed_deletes.len()),
+    };
+    if let Some(reason) = disagreement(snapshot, &counts) {
+        return Ok(SnapshotPlan::Unsupported(reason));
+    }
     Ok(diff(&entries).unwrap_or_else(|e| SnapshotPlan::Unsupported(e.to_string())))
 }
 
@@ -232,6 +244,7 @@ async fn load(
             } else {
                 if added {
                     entries.added_deletes.insert(path);
+                    entries.added_delete_entries += 1;
                 }
                 entries.deletes.push(delete);
             }
