@@ -4,8 +4,8 @@
 # Makes sure the services the tests need are there (a local PostgreSQL via
 # scripts/postgres.sh, the pyiceberg virtualenv via scripts/python-env.sh, the
 # Iceberg REST fixture server via scripts/rest-fixture.sh, an OpenSearch node via
-# scripts/opensearch.sh, pyspark and the Iceberg Spark runtime jar via scripts/spark.sh),
-# then runs `cargo test --locked "$@"`.
+# scripts/opensearch.sh, pyspark, the Iceberg Spark runtime jar and iceberg-aws-bundle via
+# scripts/spark.sh), then runs `cargo test --locked "$@"`.
 #
 # Environment:
 #   ICEFEED_TEST_DATABASE_URL  set it to test against another server (skips postgres.sh)
@@ -18,6 +18,10 @@
 #                              (tests/it/spark.rs; skips spark.sh, which also puts pyspark in
 #                              the venv); ICEFEED_SPARK_SEEDS and ICEFEED_SPARK_COW_SEEDS pick
 #                              its merge-on-read and copy-on-write seeds
+#   ICEFEED_TEST_SPARK_AWS_BUNDLE  the iceberg-aws-bundle jar (the AWS SDK of S3FileIO) of the
+#                              Spark tables on SeaweedFS (skips `spark.sh --aws-bundle`);
+#                              ICEFEED_SPARK_S3_SEEDS and ICEFEED_SPARK_S3_MOR_SEEDS pick
+#                              their copy-on-write and merge-on-read seeds
 #   ICEFEED_TEST_OPENSEARCH_URL  set it to test against another OpenSearch (skips opensearch.sh)
 #   ICEFEED_TEST_S3_URL        set it (and ICEFEED_TEST_S3_REST_URL, ICEFEED_TEST_WEED: the
 #                              `weed` binary) to test against another SeaweedFS (skips
@@ -50,6 +54,9 @@ fi
 if [[ -z ${ICEFEED_TEST_SPARK_JAR:-} ]]; then
     ICEFEED_TEST_SPARK_JAR=$(scripts/spark.sh)
 fi
+if [[ -z ${ICEFEED_TEST_SPARK_AWS_BUNDLE:-} ]]; then
+    ICEFEED_TEST_SPARK_AWS_BUNDLE=$(scripts/spark.sh --aws-bundle)
+fi
 if [[ -z ${ICEFEED_TEST_OPENSEARCH_URL:-} ]]; then
     ICEFEED_TEST_OPENSEARCH_URL=$(scripts/opensearch.sh)
 fi
@@ -61,7 +68,7 @@ fi
 export ICEFEED_TEST_DATABASE_URL ICEFEED_TEST_PYTHON ICEFEED_TEST_REST_FIXTURE ICEFEED_TEST_OPENSEARCH_URL
 export ICEFEED_TEST_HIVE_METASTORE ICEFEED_TEST_ICEBERG_WRITER
 export ICEFEED_TEST_S3_URL ICEFEED_TEST_S3_REST_URL ICEFEED_TEST_WEED
-export ICEFEED_TEST_SPARK_JAR
+export ICEFEED_TEST_SPARK_JAR ICEFEED_TEST_SPARK_AWS_BUNDLE
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/icefeed/target}
 export RUST_BACKTRACE=${RUST_BACKTRACE:-1}
 
@@ -70,6 +77,7 @@ echo "test.sh: python   $ICEFEED_TEST_PYTHON" >&2
 echo "test.sh: opensearch $ICEFEED_TEST_OPENSEARCH_URL" >&2
 echo "test.sh: s3       $ICEFEED_TEST_S3_URL (REST catalog $ICEFEED_TEST_S3_REST_URL)" >&2
 echo "test.sh: spark    $ICEFEED_TEST_SPARK_JAR" >&2
+echo "test.sh: spark s3 $ICEFEED_TEST_SPARK_AWS_BUNDLE" >&2
 echo "test.sh: target   $CARGO_TARGET_DIR" >&2
 
 exec cargo test --locked "$@"

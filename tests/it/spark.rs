@@ -26,6 +26,13 @@
 //! covers every shape. Both tests share one writer run (one Spark session: its start is
 //! slow). Needs `ICEFEED_TEST_PYTHON` with pyspark and `ICEFEED_TEST_SPARK_JAR`, the
 //! Iceberg Spark runtime jar that scripts/spark.sh prints; scripts/test.sh sets both.
+//!
+//! The same writer also writes through the REST catalog of the SeaweedFS server (s3.rs)
+//! onto S3 with Iceberg's S3FileIO (`iceberg-aws-bundle`, `ICEFEED_TEST_SPARK_AWS_BUNDLE`
+//! or what `scripts/spark.sh --aws-bundle` prints), in a namespace of its own:
+//! `ICEFEED_SPARK_S3_SEEDS` (copy-on-write, default 1,2) and `ICEFEED_SPARK_S3_MOR_SEEDS`
+//! (merge-on-read, default 3) pick those seeds, written by one more Spark session of their
+//! own. icefeed follows them through the REST catalog into a change store on S3.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -47,6 +54,11 @@ use crate::support::{KillOnDrop, Node};
 const DEFAULT_SEEDS: std::ops::RangeInclusive<u64> = 1..=4;
 /// Copy-on-write seeds run when `ICEFEED_SPARK_COW_SEEDS` is unset.
 const DEFAULT_COW_SEEDS: std::ops::RangeInclusive<u64> = 1..=2;
+/// Seeds of the tables on S3 when `ICEFEED_SPARK_S3_SEEDS` (copy-on-write) and
+/// `ICEFEED_SPARK_S3_MOR_SEEDS` (merge-on-read) are unset: unpartitioned v2, partitioned
+/// v2 and partitioned v3.
+const DEFAULT_S3_COW_SEEDS: std::ops::RangeInclusive<u64> = 1..=2;
+const DEFAULT_S3_MOR_SEEDS: std::ops::RangeInclusive<u64> = 3..=3;
 /// The writer is stopped after this long.
 const WRITER_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
@@ -175,8 +187,16 @@ impl OracleSnapshot for Snapshot {
 // Running the writer once for both tests
 // ---------------------------------------------------------------------------------------
 
-/// The histories of one writer run and the warehouse holding their tables (removed with
-/// the last test that uses them).
+/// Where the writer puts its tables.
+enum Catalog {
+    /// Spark's Hadoop catalog in the run's directory (`Written::warehouse`).
+    Hadoop,
+    /// The REST catalog of the SeaweedFS server (s3.rs), in `namespace`; the files on S3.
+    Rest { namespace: String },
+}
+
+/// The histories of one writer run and the directory holding their tables (a Hadoop
+/// warehouse; removed with the last test that uses them) or Spark's scratch files.
 struct Written {
     dir: tempfile::TempDir,
     document: Document,
@@ -226,7 +246,7 @@ fn written() -> Arc<Written> {
     if let Some(written) = shared.0.upgrade() {
         return written;
     }
-    match run_writer(&mor_seeds(), &cow_seeds()) {
+    match run_writer(&mor_seeds(), &cow_seeds(), &Catalog::Hadoop) {
         Ok(written) => {
             let written = Arc::new(written);
             shared.0 = Arc::downgrade(&written);
@@ -239,7 +259,25 @@ fn written() -> Arc<Written> {
     }
 }
 
-fn run_writer(mor: &[u64], cow: &[u64]) -> Result<Written, String> {
+/// The iceberg-aws-bundle jar: `ICEFEED_TEST_SPARK_AWS_BUNDLE`, else what
+/// `scripts/spark.sh --aws-bundle` prints (it fetches the jar when needed).
+fn aws_bundle() -> String {
+    if let Ok(jar) = std::env::var("ICEFEED_TEST_SPARK_AWS_BUNDLE") {
+        return jar;
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/spark.sh");
+    let out = Command::new(script)
+        .arg("--aws-bundle")
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run scripts/spark.sh --aws-bundle (or set ICEFEED_TEST_SPARK_AWS_BUNDLE)");
+    assert!(out.status.success(), "scripts/spark.sh --aws-bundle failed");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// Runs the writer on the seeds `mor` (merge-on-read) and `cow` (copy-on-write) into
+/// `catalog`.
+fn run_writer(mor: &[u64], cow: &[u64], catalog: &Catalog) -> Result<Written, String> {
     let jar = std::env::var("ICEFEED_TEST_SPARK_JAR").expect(
         "ICEFEED_TEST_SPARK_JAR: the Iceberg Spark runtime jar scripts/spark.sh prints \
          (scripts/test.sh sets it)",
@@ -250,20 +288,51 @@ fn run_writer(mor: &[u64], cow: &[u64]) -> Result<Written, String> {
         .unwrap();
     let out = dir.path().join("histories.json");
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/spark_writer.py");
+    let mut command = Command::new(crate::pyiceberg::python());
+    command
+        .arg(script)
+        .arg("--jar")
+        .arg(&jar)
+        .arg("--warehouse")
+        .arg(dir.path().join("warehouse"))
+        .arg("--out")
+        .arg(&out)
+        .arg("--seeds")
+        .arg(seed_list(mor))
+        .arg("--cow-seeds")
+        .arg(seed_list(cow));
+    let into = match catalog {
+        Catalog::Hadoop => "a Hadoop warehouse".to_string(),
+        Catalog::Rest { namespace } => {
+            use crate::s3;
+            command
+                .arg("--aws-bundle")
+                .arg(aws_bundle())
+                .arg("--namespace")
+                .arg(namespace)
+                .arg("--catalog-uri")
+                .arg(s3::rest_uri())
+                .arg("--s3-endpoint")
+                .arg(s3::endpoint())
+                .arg("--warehouse-name")
+                .arg(s3::TABLE_BUCKET)
+                // S3FileIO's and boto3's credentials; the catalog's OAuth2 client.
+                .env("AWS_ACCESS_KEY_ID", s3::ACCESS_KEY)
+                .env("AWS_SECRET_ACCESS_KEY", s3::SECRET_KEY)
+                .env("AWS_REGION", "us-east-1")
+                .env(
+                    "ICEFEED_SPARK_CATALOG_CREDENTIAL",
+                    format!("{}:{}", s3::ACCESS_KEY, s3::SECRET_KEY),
+                );
+            format!(
+                "the REST catalog {} (namespace {namespace})",
+                s3::rest_uri()
+            )
+        }
+    };
     let started = Instant::now();
     let mut child = KillOnDrop(
-        Command::new(crate::pyiceberg::python())
-            .arg(script)
-            .arg("--jar")
-            .arg(&jar)
-            .arg("--warehouse")
-            .arg(dir.path().join("warehouse"))
-            .arg("--out")
-            .arg(&out)
-            .arg("--seeds")
-            .arg(seed_list(mor))
-            .arg("--cow-seeds")
-            .arg(seed_list(cow))
+        command
             .current_dir(dir.path())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -293,7 +362,7 @@ fn run_writer(mor: &[u64], cow: &[u64]) -> Result<Written, String> {
         Some(status) => {
             return Err(format!(
                 "the Spark writer failed ({status}) on seeds {mor:?} (merge-on-read) and \
-                 {cow:?} (copy-on-write):\n{}",
+                 {cow:?} (copy-on-write) into {into}:\n{}",
                 writer_lines(&log, 80)
             ));
         }
@@ -313,7 +382,7 @@ fn run_writer(mor: &[u64], cow: &[u64]) -> Result<Written, String> {
             serde_json::from_slice(&bytes).map_err(|e| format!("the writer's document: {e}"))
         })?;
     eprintln!(
-        "spark: Spark {} with Iceberg {} wrote {} histories in {:.1} s",
+        "spark: Spark {} with Iceberg {} wrote {} histories into {into} in {:.1} s",
         document.spark,
         document.iceberg,
         document.histories.len(),
@@ -352,9 +421,16 @@ async fn register(node: &Node, warehouse: &Path, history: &History) -> String {
         history.location,
         warehouse.display()
     );
+    let catalog =
+        json!({"type": "filesystem", "warehouse": format!("file://{}", warehouse.display())});
+    register_in(node, catalog, history).await
+}
+
+/// Registers `history`'s table in `catalog`, from its earliest snapshot; the identifier
+/// columns come from the table's schema.
+async fn register_in(node: &Node, catalog: Value, history: &History) -> String {
     let body = json!({
-        "catalog": {"type": "filesystem", "warehouse": format!("file://{}", warehouse.display())},
-        "table": history.table, "poll_interval_ms": 100, "start": "earliest",
+        "catalog": catalog, "table": history.table, "poll_interval_ms": 100, "start": "earliest",
     });
     let id = node.register(&body).await;
     let (_, t) = node.get(&format!("/v1/tables/{id}")).await;
@@ -396,12 +472,30 @@ async fn check(mode: &str, seeds: &[u64], var: &str, other_var: &str, test: &str
     for h in &histories {
         ids.push(register(&node, &written.warehouse(), h).await);
     }
+    let what = format!("{mode} seeds {seeds:?}");
+    compare_histories(node, &histories, &ids, &what, started, |h| {
+        format!("{var}={} {other_var}= cargo test --test it {test}", h.seed)
+    })
+    .await;
+}
+
+/// Compares the feeds of `histories` (registered as `ids` on `node`, which is shut down
+/// after) with what Spark wrote; every failing seed is reported, with the snapshots that
+/// differ and the command that reruns it alone (`rerun`).
+async fn compare_histories(
+    node: Node,
+    histories: &[&History],
+    ids: &[String],
+    what: &str,
+    started: Instant,
+    rerun: impl Fn(&History) -> String,
+) {
     let mut failures = Vec::new();
     let mut events = 0;
     let mut quiet = 0;
     let mut statements: BTreeMap<String, usize> = BTreeMap::new();
-    for (h, id) in histories.iter().zip(&ids) {
-        if mode == "cow" {
+    for (h, id) in histories.iter().zip(ids) {
+        if h.mode == "cow" {
             let with_deletes: Vec<String> = h
                 .snapshots
                 .iter()
@@ -434,14 +528,15 @@ async fn check(mode: &str, seeds: &[u64], var: &str, other_var: &str, test: &str
             };
         if let Err(failure) = compared {
             failures.push(format!(
-                "seed {} ({mode}): {failure}\n  rerun it alone with \
-                 {var}={} {other_var}= cargo test --test it {test}",
-                h.seed, h.seed
+                "seed {} ({}): {failure}\n  rerun it alone with {}",
+                h.seed,
+                h.mode,
+                rerun(h)
             ));
         }
     }
     eprintln!(
-        "spark: {mode} seeds {seeds:?}: {} snapshots {statements:?}, {quiet} without changes, \
+        "spark: {what}: {} snapshots {statements:?}, {quiet} without changes, \
          {events} events expected; written in {:.1} s, compared in {:.1?}; {} of {} seeds failed",
         histories.iter().map(|h| h.snapshots.len()).sum::<usize>(),
         histories.iter().map(|h| h.seconds).sum::<f64>(),
@@ -452,7 +547,7 @@ async fn check(mode: &str, seeds: &[u64], var: &str, other_var: &str, test: &str
     node.shutdown().await;
     assert!(
         failures.is_empty(),
-        "icefeed differs from Spark on {} of {} {mode} histories:\n\n{}",
+        "icefeed differs from Spark on {} of {} histories ({what}):\n\n{}",
         failures.len(),
         histories.len(),
         failures.join("\n\n")
@@ -526,5 +621,71 @@ async fn spark_copy_on_write_histories_match_icefeed() {
         "ICEFEED_SPARK_SEEDS",
         "spark_copy_on_write",
     )
+    .await;
+}
+
+/// Copy-on-write histories (and a merge-on-read one) written by Spark through a REST
+/// catalog onto S3 with S3FileIO, followed by icefeed through the same catalog into a
+/// change store on S3: the feeds must equal Spark's states, as from a local warehouse.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn spark_copy_on_write_histories_on_s3_match_icefeed() {
+    use crate::s3;
+
+    let cow = spark_seeds("ICEFEED_SPARK_S3_SEEDS", DEFAULT_S3_COW_SEEDS);
+    let mor = spark_seeds("ICEFEED_SPARK_S3_MOR_SEEDS", DEFAULT_S3_MOR_SEEDS);
+    if cow.is_empty() && mor.is_empty() {
+        eprintln!(
+            "spark: no seeds on S3 (ICEFEED_SPARK_S3_SEEDS and ICEFEED_SPARK_S3_MOR_SEEDS are \
+             empty)"
+        );
+        return;
+    }
+    let namespace = s3::unique("spark");
+    let catalog = Catalog::Rest {
+        namespace: namespace.clone(),
+    };
+    let (mor_seeds, cow_seeds) = (mor.clone(), cow.clone());
+    let written =
+        match tokio::task::spawn_blocking(move || run_writer(&mor_seeds, &cow_seeds, &catalog))
+            .await
+        {
+            Ok(Ok(written)) => written,
+            Ok(Err(failure)) => panic!("{failure}"),
+            Err(e) => std::panic::resume_unwind(e.into_panic()),
+        };
+    let started = Instant::now();
+    let mut chosen = histories(&written, "cow", &cow);
+    chosen.extend(histories(&written, "mor", &mor));
+
+    let (settings, _prefix) = s3::node_settings().await;
+    let node = Node::start(settings).await;
+    // Only the keys: the catalog's answers name the S3 endpoint, region and path style.
+    let keys: BTreeMap<String, String> = s3::file_io()
+        .into_iter()
+        .filter(|(k, _)| k.ends_with("access-key-id") || k.ends_with("secret-access-key"))
+        .collect();
+    let mut ids = Vec::new();
+    for h in &chosen {
+        let prefix = format!("s3://{}/{namespace}/", s3::TABLE_BUCKET);
+        assert!(
+            h.table.starts_with(&format!("{namespace}.")) && h.location.starts_with(&prefix),
+            "{} at {} is not in the namespace {namespace} on S3",
+            h.table,
+            h.location
+        );
+        ids.push(register_in(&node, s3::rest_catalog(keys.clone()), h).await);
+    }
+    let what = format!("on S3, cow seeds {cow:?} and mor seeds {mor:?}");
+    compare_histories(node, &chosen, &ids, &what, started, |h| {
+        let (var, other) = if h.mode == "cow" {
+            ("ICEFEED_SPARK_S3_SEEDS", "ICEFEED_SPARK_S3_MOR_SEEDS")
+        } else {
+            ("ICEFEED_SPARK_S3_MOR_SEEDS", "ICEFEED_SPARK_S3_SEEDS")
+        };
+        format!(
+            "{var}={} {other}= cargo test --test it spark_copy_on_write_histories_on_s3",
+            h.seed
+        )
+    })
     .await;
 }

@@ -2,7 +2,8 @@
 
 The writer and the oracle of the Spark differential test (tests/it/spark.rs). For every
 seed it creates a table in a Spark Hadoop catalog below <warehouse> (icefeed reads it
-with its `filesystem` catalog), commits 10-15 random statements (INSERT, UPDATE, DELETE,
+with its `filesystem` catalog), or with --catalog-uri in an Iceberg REST catalog whose
+files are on S3 (Iceberg's S3FileIO), commits 10-15 random statements (INSERT, UPDATE, DELETE,
 MERGE INTO, rewrite procedures; merge-on-read or copy-on-write as the seed's mode says)
 and, after every commit, reads the table state through Spark
 (`SELECT * ... VERSION AS OF <snapshot>`). Between statements (about 1 step in 6) the
@@ -18,10 +19,21 @@ Spark fails here, not in icefeed's test.
 
 Usage:
   spark_writer.py --jar <iceberg-spark-runtime.jar> --warehouse <dir> --out <file.json>
-                  [--seeds 1,2,3] [--cow-seeds 1,2] [--conf key=value ...]
+                  [--seeds 1,2,3] [--cow-seeds 1,2] [--namespace spark] [--conf key=value ...]
+                  [--catalog-uri <REST catalog> --s3-endpoint <url> --warehouse-name <name>
+                   --aws-bundle <iceberg-aws-bundle.jar>]
   --seeds      seeds of merge-on-read histories (tables spark.mor_seed_<n>); some steps
                switch a write mode to copy-on-write and back
   --cow-seeds  seeds of copy-on-write-only histories (tables spark.cow_seed_<n>)
+  --namespace  the tables' namespace (default `spark`); its tables are dropped first
+  --catalog-uri  write through this Iceberg REST catalog (its warehouse --warehouse-name)
+               onto S3 at --s3-endpoint (path-style) instead of the Hadoop warehouse, which
+               then only holds Spark's scratch files. S3FileIO needs the AWS SDK of
+               --aws-bundle (default ICEFEED_TEST_SPARK_AWS_BUNDLE). The S3 keys and region
+               come from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_REGION (default
+               us-east-1), the catalog's OAuth2 client credentials `id:secret` from
+               ICEFEED_SPARK_CATALOG_CREDENTIAL (none without). After every statement the
+               table's current metadata file is found through the catalog and read from S3.
 A seed's low bits choose the table's shape: bit 0 partitioned by `part`, bit 1 format
 version 3 (deletion vectors) instead of 2, bit 2 (v2) `write.delete.granularity=partition`
 instead of `file`. The JSON written to --out:
@@ -88,7 +100,9 @@ class StepError(Exception):
     pass
 
 
-def start_session(jar: str, warehouse: str, conf):
+def start_session(jars, warehouse: str, catalog, conf):
+    """A local Spark session whose catalog `icefeed` has the settings `catalog`; `jars`
+    are put on its classpath. `warehouse` holds Spark's scratch files."""
     # Loopback only: the machine has no other network, and Spark's guess of its own
     # address would otherwise be an interface's.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -98,11 +112,9 @@ def start_session(jar: str, warehouse: str, conf):
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("icefeed-spark-writer")
-        .config("spark.jars", jar)
+        .config("spark.jars", ",".join(jars))
         .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
         .config(f"spark.sql.catalog.{CATALOG}", "org.apache.iceberg.spark.SparkCatalog")
-        .config(f"spark.sql.catalog.{CATALOG}.type", "hadoop")
-        .config(f"spark.sql.catalog.{CATALOG}.warehouse", f"file:{warehouse}")
         # Every statement loads the table from its metadata file: no stale snapshot.
         .config(f"spark.sql.catalog.{CATALOG}.cache-enabled", "false")
         .config("spark.sql.defaultCatalog", CATALOG)
@@ -118,11 +130,88 @@ def start_session(jar: str, warehouse: str, conf):
         # for a handful of seeds on 2 cores).
         .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
     )
+    for k, v in catalog.items():
+        spark = spark.config(f"spark.sql.catalog.{CATALOG}.{k}", v)
     for k, v in conf:
         spark = spark.config(k, v)
     spark = spark.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+class HadoopTables:
+    """Tables of Spark's Hadoop catalog below a local `warehouse`."""
+
+    def __init__(self, warehouse: str):
+        self.warehouse = warehouse
+
+    def catalog(self):
+        return {"type": "hadoop", "warehouse": f"file:{self.warehouse}"}
+
+    def metadata(self, spark, name: str):
+        """The current metadata of table `name` (`namespace.table`): the file that
+        `version-hint.text` names."""
+        directory = os.path.join(self.warehouse, *name.split("."), "metadata")
+        with open(os.path.join(directory, "version-hint.text")) as f:
+            version = f.read().strip()
+        with open(os.path.join(directory, f"v{version}.metadata.json")) as f:
+            return json.load(f)
+
+
+class RestTables:
+    """Tables of an Iceberg REST catalog whose files are on S3, written with S3FileIO."""
+
+    def __init__(self, uri: str, warehouse: str, endpoint: str):
+        self.uri = uri
+        self.warehouse = warehouse
+        self.endpoint = endpoint
+        self.region = os.environ.get("AWS_REGION") or "us-east-1"
+        import boto3
+        from botocore.config import Config
+
+        self.s3 = boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name=self.region,
+            config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 5, "mode": "standard"}),
+        )
+
+    def catalog(self):
+        settings = {
+            "type": "rest",
+            "uri": self.uri,
+            "warehouse": self.warehouse,
+            "io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
+            "s3.endpoint": self.endpoint,
+            "s3.path-style-access": "true",
+            "client.region": self.region,
+        }
+        credential = os.environ.get("ICEFEED_SPARK_CATALOG_CREDENTIAL")
+        if credential:
+            settings["credential"] = credential
+        return settings
+
+    def metadata(self, spark, name: str):
+        """The current metadata of table `name`: the catalog names its metadata file
+        (Spark's own Iceberg catalog loads the table, as every statement does), read
+        from S3 as it was written."""
+        jvm = spark.sparkContext._jvm
+        try:
+            catalog = spark._jsparkSession.sessionState().catalogManager().catalog(CATALOG).icebergCatalog()
+            table = catalog.loadTable(jvm.org.apache.iceberg.catalog.TableIdentifier.parse(name))
+            location = table.operations().current().metadataFileLocation()
+        except Exception as e:  # Py4J's errors: the message, not the whole Java stack
+            message = "\n  ".join(str(e).strip().splitlines()[:10])
+            raise StepError(f"table {name}: loading it from the catalog: {message}") from e
+        scheme, _, path = location.partition("://")
+        if scheme not in ("s3", "s3a") or "/" not in path:
+            raise StepError(f"table {name}: metadata file {location} is not on S3")
+        bucket, key = path.split("/", 1)
+        try:
+            body = self.s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        except Exception as e:  # botocore's errors, said with the file
+            raise StepError(f"table {name}: reading {location}: {e}") from e
+        return json.loads(body)
 
 
 class Column:
@@ -184,16 +273,17 @@ class History:
     """One seed's table: the statements, the model of its rows and schema, what Spark
     committed."""
 
-    def __init__(self, spark, warehouse: str, seed: int, mode: str):
+    def __init__(self, spark, tables, namespace: str, seed: int, mode: str):
         self.spark = spark
-        self.warehouse = warehouse
+        self.tables = tables
+        self.namespace = namespace
         self.seed = seed
         self.mode = mode
         self.rng = random.Random(f"{mode}-{seed}")
         self.partitioned = bool(seed & 1)
         self.format_version = 3 if seed & 2 else 2
         self.granularity = "partition" if (seed & 4 and self.format_version == 2) else "file"
-        self.name = f"{NAMESPACE}.{mode}_seed_{seed}"
+        self.name = f"{namespace}.{mode}_seed_{seed}"
         self.table = f"{CATALOG}.{self.name}"
         self.schema = [
             Column("id", "id", "BIGINT"),
@@ -255,7 +345,7 @@ class History:
             self.modes[m] = modes
         tblprops = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
         partitioning = "PARTITIONED BY (part)" if self.partitioned else ""
-        self.sql(f"CREATE NAMESPACE IF NOT EXISTS {CATALOG}.{NAMESPACE}")
+        self.sql(f"CREATE NAMESPACE IF NOT EXISTS {CATALOG}.{self.namespace}")
         self.sql(f"DROP TABLE IF EXISTS {self.table}")
         self.sql(
             f"CREATE TABLE {self.table} (id BIGINT NOT NULL, part INT NOT NULL, payload STRING, n BIGINT) "
@@ -737,11 +827,7 @@ class History:
         )
 
     def metadata(self):
-        directory = os.path.join(self.warehouse, *self.name.split("."), "metadata")
-        with open(os.path.join(directory, "version-hint.text")) as f:
-            version = f.read().strip()
-        with open(os.path.join(directory, f"v{version}.metadata.json")) as f:
-            return json.load(f)
+        return self.tables.metadata(self.spark, self.name)
 
     def json(self):
         return {
@@ -793,6 +879,11 @@ def main() -> int:
     parser.add_argument("--out", required=True)
     parser.add_argument("--seeds", default="")
     parser.add_argument("--cow-seeds", default="")
+    parser.add_argument("--namespace", default=NAMESPACE)
+    parser.add_argument("--catalog-uri", help="an Iceberg REST catalog, instead of the Hadoop warehouse")
+    parser.add_argument("--s3-endpoint", help="the S3 endpoint of the REST catalog's tables")
+    parser.add_argument("--warehouse-name", default="", help="the REST catalog's warehouse")
+    parser.add_argument("--aws-bundle", default=os.environ.get("ICEFEED_TEST_SPARK_AWS_BUNDLE"))
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="more Spark settings")
     args = parser.parse_args()
     if not args.jar or not os.path.isfile(args.jar):
@@ -800,6 +891,18 @@ def main() -> int:
             f"no Iceberg Spark runtime jar at {args.jar!r}: pass --jar or set ICEFEED_TEST_SPARK_JAR (scripts/spark.sh)"
         )
         return 1
+    jars = [args.jar]
+    if args.catalog_uri:
+        if not args.s3_endpoint:
+            log("--catalog-uri needs --s3-endpoint")
+            return 1
+        if not args.aws_bundle or not os.path.isfile(args.aws_bundle):
+            log(
+                f"no iceberg-aws-bundle jar at {args.aws_bundle!r}: pass --aws-bundle or set "
+                "ICEFEED_TEST_SPARK_AWS_BUNDLE (scripts/spark.sh --aws-bundle)"
+            )
+            return 1
+        jars.append(args.aws_bundle)
     try:
         runs = [(s, "mor") for s in parse_seeds(args.seeds)] + [(s, "cow") for s in parse_seeds(args.cow_seeds)]
     except ValueError:
@@ -807,18 +910,24 @@ def main() -> int:
         return 1
     warehouse = os.path.abspath(args.warehouse)
     os.makedirs(warehouse, exist_ok=True)
+    if args.catalog_uri:
+        tables = RestTables(args.catalog_uri, args.warehouse_name, args.s3_endpoint)
+        into = f"the REST catalog {args.catalog_uri} (warehouse {args.warehouse_name!r}, S3 {args.s3_endpoint})"
+    else:
+        tables = HadoopTables(warehouse)
+        into = warehouse
     started = time.time()
     try:
-        spark = start_session(args.jar, warehouse, [c.split("=", 1) for c in args.conf])
+        spark = start_session(jars, warehouse, tables.catalog(), [c.split("=", 1) for c in args.conf])
     except Exception:  # noqa: BLE001 - whatever it is, say so and stop
         log("could not start Spark (java on PATH or JAVA_HOME? pyspark 3.5?):\n" + traceback.format_exc())
         return 1
-    log(f"Spark {spark.version} up in {time.time() - started:.1f} s; {len(runs)} histories into {warehouse}")
+    log(f"Spark {spark.version} up in {time.time() - started:.1f} s; {len(runs)} histories into {into}")
     versions = {"spark": spark.version, "iceberg": spark.sparkContext._jvm.org.apache.iceberg.IcebergBuild.version()}
     histories = []
     try:
         for seed, mode in runs:
-            history = History(spark, warehouse, seed, mode)
+            history = History(spark, tables, args.namespace, seed, mode)
             history.run()
             histories.append(history.json())
     except StepError as e:
