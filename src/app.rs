@@ -65,7 +65,7 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
     let addr = listener.local_addr()?;
     tracing::info!(%addr, node = %node, change_store = %changes.location(), "icefeed listening");
 
-    let catalogs = CatalogCache::default();
+    let catalogs = CatalogCache::new(settings.catalog.timeout);
     let runner = TaskRunner {
         context: TaskContext {
             store: store.clone(),

@@ -32,6 +32,28 @@ pub struct Settings {
     pub retention: RetentionSettings,
     /// The push worker (OpenSearch subscriptions).
     pub push: PushSettings,
+    /// Deadlines of catalog calls.
+    pub catalog: CatalogSettings,
+}
+
+/// How long icefeed waits for catalogs.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CatalogSettings {
+    /// The deadline of loading a table: connecting to its catalog, the catalog's answer,
+    /// reading the current metadata file (and, at registration and on a catalog `PATCH`,
+    /// the checks that its files can be read). Past it, a registration answers
+    /// `504 catalog_timeout` and a poll is retried with backoff.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+}
+
+impl Default for CatalogSettings {
+    fn default() -> Self {
+        Self {
+            timeout: crate::catalog::DEFAULT_CATALOG_TIMEOUT,
+        }
+    }
 }
 
 /// How the push worker claims subscriptions and retries OpenSearch.
@@ -144,6 +166,8 @@ pub struct ApiSettings {
     /// The reconnection delay an event stream advises its clients (`retry:`).
     #[serde(with = "humantime_serde")]
     pub stream_retry: Duration,
+    /// The largest request body accepted, in bytes; larger ones answer `413`.
+    pub max_body_bytes: usize,
 }
 
 impl Default for Settings {
@@ -158,6 +182,7 @@ impl Default for Settings {
             api: ApiSettings::default(),
             retention: RetentionSettings::default(),
             push: PushSettings::default(),
+            catalog: CatalogSettings::default(),
         }
     }
 }
@@ -188,6 +213,7 @@ impl Default for ApiSettings {
             max_wait: Duration::from_secs(60),
             stream_heartbeat: Duration::from_secs(15),
             stream_retry: Duration::from_secs(3),
+            max_body_bytes: 1 << 20,
         }
     }
 }
@@ -245,6 +271,7 @@ const SETTINGS: &[&str] = &[
     "api",
     "retention",
     "push",
+    "catalog",
 ];
 
 fn is_setting(key: &str) -> bool {
@@ -299,6 +326,16 @@ impl Settings {
                 "api.default_limit must be between 1 and api.max_limit".into(),
             ));
         }
+        if self.catalog.timeout.is_zero() {
+            return Err(ConfigError::Invalid(
+                "catalog.timeout must be positive".into(),
+            ));
+        }
+        if self.api.max_body_bytes < 1024 {
+            return Err(ConfigError::Invalid(
+                "api.max_body_bytes must be at least 1024".into(),
+            ));
+        }
         if self.api.stream_heartbeat.is_zero() {
             return Err(ConfigError::Invalid(
                 "api.stream_heartbeat must be positive".into(),
@@ -337,5 +374,26 @@ mod tests {
         assert_eq!(options["aws_allow_http"], "true");
         assert_eq!(options["retries"], "3");
         assert_eq!(options["aws_region"], "x");
+    }
+
+    #[test]
+    fn the_catalog_timeout_is_a_duration_and_must_be_positive() {
+        let parse = |toml: &str| -> Settings {
+            Figment::from(Serialized::defaults(Settings::default()))
+                .merge(Toml::string(toml))
+                .extract()
+                .unwrap()
+        };
+        assert_eq!(Settings::default().catalog.timeout, Duration::from_secs(30));
+        let settings = parse("[catalog]\ntimeout = \"2s\"");
+        assert_eq!(settings.catalog.timeout, Duration::from_secs(2));
+        assert!(settings.validate().is_ok());
+        let zero = parse("[catalog]\ntimeout = \"0s\"");
+        assert!(
+            zero.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("catalog.timeout")
+        );
     }
 }

@@ -28,7 +28,8 @@ pub struct PageQuery {
     /// Cursor to continue after (the `next` of the previous page or an event's
     /// `position`); omit to start at the oldest retained event.
     pub after: Option<String>,
-    /// Events per page (default 1000).
+    /// Events per page (default 1000); at most `api.max_limit` (10000).
+    #[param(minimum = 1)]
     pub limit: Option<u32>,
     /// How longs beyond ±2^53 are written: `auto` (default) or `number`.
     pub longs: Option<Longs>,
@@ -111,7 +112,7 @@ pub struct ChangePage {
             ("Icefeed-More" = bool, description = "Whether more events are available now"),
             ("Icefeed-Count" = u64, description = "Events in the page"),
         )),
-        (status = 400, description = "Malformed or foreign cursor, limit or wait out of range, unknown operation or column", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Malformed or foreign cursor, or one beyond the feed (`cursor_ahead`); limit or wait out of range, unknown operation or column; NUL in a parameter (`invalid_text`)", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such table", body = Problem, content_type = "application/problem+json"),
         (status = 410, description = "The events after the cursor were removed by retention; `earliest` holds the oldest available cursor", body = Problem, content_type = "application/problem+json"),
     )
@@ -125,7 +126,7 @@ pub async fn get_changes(
     let table = load(&state, &id).await?;
     let limit = page_limit(&state, query.limit)?;
     let wait = long_poll_wait(&state, query.wait)?;
-    let after = start_position(&table, query.after.as_deref())?;
+    let after = start_position(&state, &table, query.after.as_deref()).await?;
     let selection = selection(
         &state,
         &table,
@@ -162,15 +163,45 @@ pub async fn get_changes(
     page.respond(&state, tail, &table, &selection).await
 }
 
-/// The position a cursor names; none or empty is the oldest retained event.
-pub(crate) fn start_position(
+/// The position a cursor names; none or empty is the oldest retained event. A cursor
+/// beyond what the feed published answers `400 cursor_ahead`.
+pub(crate) async fn start_position(
+    state: &AppState,
     table: &SourceTable,
     cursor: Option<&str>,
 ) -> Result<Position, ApiError> {
     match cursor {
         None | Some("") => Ok(feed_start(table)),
-        Some(cursor) => Ok(Position::from_cursor(cursor, table.id)?),
+        Some(cursor) => {
+            let position = Position::from_cursor(cursor, table.id)?;
+            ensure_published(state, table, position).await?;
+            Ok(position)
+        }
     }
+}
+
+/// Answers `400 cursor_ahead` when `p` lies beyond what `table`'s feed published: such
+/// a cursor was never handed out (forged, or of a table registered anew under the same
+/// id), and reading after it would answer empty pages forever, then skip the events
+/// published up to it. The position a caught-up reader holds is not beyond.
+pub(crate) async fn ensure_published(
+    state: &AppState,
+    table: &SourceTable,
+    p: Position,
+) -> Result<(), ApiError> {
+    if !state.store.is_beyond_feed(table.id, p).await? {
+        return Ok(());
+    }
+    Err(ApiError::bad_request(
+        "cursor_ahead",
+        format!(
+            "the cursor points past the end of the feed of table {}: no such position was \
+             published; pass a cursor the feed returned, or omit it to start where the feed \
+             starts",
+            table.table_name
+        ),
+    )
+    .with("table_id", table.id.to_string()))
 }
 
 /// Answers 410 when retention removed events after `after`. Checked after reading:

@@ -129,6 +129,9 @@ impl From<CatalogError> for ApiError {
             CatalogError::Unreachable(_) => {
                 Self::new(StatusCode::BAD_GATEWAY, "catalog_unreachable", detail)
             }
+            CatalogError::Timeout { .. } => {
+                Self::new(StatusCode::GATEWAY_TIMEOUT, "catalog_timeout", detail)
+            }
             CatalogError::TableNotFound(_) => Self::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "iceberg_table_not_found",
@@ -140,9 +143,11 @@ impl From<CatalogError> for ApiError {
                 fault, location, ..
             } => {
                 let status = match fault {
-                    StorageFault::AccessDenied | StorageFault::NotFound | StorageFault::Invalid => {
-                        StatusCode::UNPROCESSABLE_ENTITY
-                    }
+                    StorageFault::AccessDenied
+                    | StorageFault::NotFound
+                    | StorageFault::Invalid
+                    | StorageFault::NotAFile
+                    | StorageFault::TooLarge => StatusCode::UNPROCESSABLE_ENTITY,
                     StorageFault::Unreachable => StatusCode::BAD_GATEWAY,
                 };
                 Self::new(status, fault.code(), detail).with("location", location)

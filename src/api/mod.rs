@@ -4,14 +4,17 @@ pub mod changes;
 pub mod error;
 pub mod extract;
 pub mod health;
+pub mod limits;
 pub mod pages;
 pub mod stream;
+mod strict;
 pub mod subscriptions;
 pub mod tables;
 
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
@@ -130,6 +133,7 @@ pub fn router(state: AppState) -> Router {
     let (router, _) = routes().split_for_parts();
     let document = Arc::new(openapi_json());
     let request_id = HeaderName::from_static("x-request-id");
+    let max_body = state.settings.api.max_body_bytes;
     router
         .route(
             "/openapi.json",
@@ -158,6 +162,7 @@ pub fn router(state: AppState) -> Router {
             )
         })
         .with_state(state)
+        .layer(DefaultBodyLimit::max(max_body))
         .layer(CatchPanicLayer::custom(|_| {
             ApiError::internal(&"handler panicked").into_response()
         }))

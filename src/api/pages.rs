@@ -10,6 +10,7 @@ use utoipa::ToSchema;
 
 use super::AppState;
 use super::error::ApiError;
+use super::limits;
 use crate::changes::Position;
 use crate::changes::json::{JsonOptions, LongMode};
 use crate::delivery::json_page::CursorFn;
@@ -111,11 +112,10 @@ pub fn page_limit(state: &AppState, limit: Option<u32>) -> Result<usize, ApiErro
     let max = state.settings.api.max_limit;
     let limit = limit.unwrap_or(state.settings.api.default_limit);
     if limit == 0 || limit > max {
-        return Err(ApiError::bad_request(
-            "limit_out_of_range",
-            format!("limit must be between 1 and {max}; got {limit}"),
-        )
-        .with("max_limit", max));
+        return Err(
+            limits::out_of_range("limit_out_of_range", "limit", 1, max, "", limit)
+                .with("max_limit", max),
+        );
     }
     Ok(limit as usize)
 }
@@ -125,11 +125,10 @@ pub fn long_poll_wait(state: &AppState, wait: Option<i64>) -> Result<Duration, A
     let max = state.settings.api.max_wait.as_secs();
     match wait.unwrap_or(0) {
         wait @ 0.. if wait as u64 <= max => Ok(Duration::from_secs(wait as u64)),
-        wait => Err(ApiError::bad_request(
-            "wait_out_of_range",
-            format!("wait must be between 0 and {max} seconds; got {wait}"),
-        )
-        .with("max_wait", max)),
+        wait => Err(
+            limits::out_of_range("wait_out_of_range", "wait", 0, max, " seconds", wait)
+                .with("max_wait", max),
+        ),
     }
 }
 

@@ -37,7 +37,8 @@ pub struct StreamQuery {
     /// at the beginning of the feed.
     pub after: Option<String>,
     /// Most events read and sent at a time (default 1000): what a slow client can hold
-    /// in the server's memory.
+    /// in the server's memory. At most `api.max_limit` (10000).
+    #[param(minimum = 1)]
     pub limit: Option<u32>,
     /// How longs beyond ±2^53 are written: `auto` (default) or `number`.
     pub longs: Option<Longs>,
@@ -64,7 +65,7 @@ pub struct StreamQuery {
     ),
     responses(
         (status = 200, description = "An endless stream of `change` events", content_type = "text/event-stream", body = String),
-        (status = 400, description = "Malformed or foreign cursor (in `after` or `Last-Event-ID`), or limit out of range", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Malformed or foreign cursor (in `after` or `Last-Event-ID`), or one beyond the feed (`cursor_ahead`); limit out of range", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such table", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -76,7 +77,8 @@ pub async fn stream_changes(
 ) -> Result<Response, ApiError> {
     let table = Arc::new(load(&state, &id).await?);
     let limit = page_limit(&state, query.limit)?;
-    let start = start_position(&table, resume_cursor(&headers, query.after.as_deref())?)?;
+    let cursor = resume_cursor(&headers, query.after.as_deref())?;
+    let start = start_position(&state, &table, cursor).await?;
     let selection = Arc::new(
         selection(
             &state,

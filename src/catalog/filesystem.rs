@@ -1,6 +1,8 @@
 //! Tables without a catalog service: a Hadoop-style warehouse directory, where the newest
 //! `metadata/vN.metadata.json` (or the one `version-hint.text` names) is current, or a
-//! single metadata file. Either may be local or on an object store.
+//! single metadata file. Either may be local or on an object store. A local warehouse is
+//! probed on tokio's blocking pool, and its files are read only when they are regular
+//! files (see [`super::storage::LocalFileStorage`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -10,8 +12,11 @@ use iceberg::TableIdent;
 use iceberg::io::{FileIO, FileIOBuilder};
 use iceberg::table::{StaticTable, Table};
 
-use super::storage::is_local;
-use super::{CatalogError, TableStorageFactory, display_ident};
+use super::storage::{is_local, read_regular};
+use super::{CatalogError, StorageFault, TableStorageFactory, display_ident};
+
+/// The most a `version-hint.text` may hold (it holds a version number).
+const MAX_HINT_BYTES: u64 = 1024;
 
 pub(super) async fn load(
     ident: &TableIdent,
@@ -25,7 +30,10 @@ pub(super) async fn load(
     let location = match (warehouse, metadata_location) {
         (_, Some(location)) => location.to_string(),
         (Some(warehouse), None) if is_local(warehouse) => {
-            current_metadata(ident, &local_dir(warehouse)?)?
+            let (ident, warehouse) = (ident.clone(), warehouse.to_string());
+            tokio::task::spawn_blocking(move || current_metadata(&ident, &local_dir(&warehouse)?))
+                .await
+                .map_err(|e| CatalogError::Unreachable(format!("probing the warehouse: {e}")))??
         }
         (Some(warehouse), None) => current_remote_metadata(ident, warehouse, &file_io).await?,
         (None, None) => {
@@ -36,10 +44,9 @@ pub(super) async fn load(
     };
     let table = StaticTable::from_metadata_file(&location, ident.clone(), file_io)
         .await
-        // The local file system reports a missing file as `DataInvalid`, not by a kind of
-        // its own: a local metadata file that is not there is no table, whatever the kind.
+        // A local metadata file that is not there is no table.
         .map_err(|e| {
-            if missing_locally(&location) {
+            if is_local(&location) && StorageFault::of(&e) == Some(StorageFault::NotFound) {
                 CatalogError::TableNotFound(display_ident(ident))
             } else {
                 CatalogError::reading(&location, e)
@@ -112,15 +119,6 @@ async fn current_remote_metadata(
     Ok(version_file(version))
 }
 
-/// A local path (plain, `file:/…` or `file:///…`) where there is no file.
-fn missing_locally(location: &str) -> bool {
-    let path = location
-        .strip_prefix("file://")
-        .or_else(|| location.strip_prefix("file:"))
-        .unwrap_or(location);
-    !path.contains("://") && !Path::new(path).exists()
-}
-
 fn local_dir(warehouse: &str) -> Result<PathBuf, CatalogError> {
     let path = warehouse.strip_prefix("file://").unwrap_or(warehouse);
     if path.contains("://") {
@@ -138,15 +136,21 @@ fn local_dir(warehouse: &str) -> Result<PathBuf, CatalogError> {
     Ok(path)
 }
 
-/// The current metadata file of `ident` below `warehouse`.
+/// The current metadata file of `ident` below `warehouse` (blocking: file system calls).
+/// The hint is only a hint: one that cannot be read, or that names no regular file, is
+/// passed over for the listing, whose newest entry is current whatever it is (one that
+/// is no regular file then fails the read, rather than an older version being followed).
 fn current_metadata(ident: &TableIdent, warehouse: &Path) -> Result<String, CatalogError> {
     let mut dir = warehouse.to_path_buf();
     dir.extend(ident.namespace().iter());
     dir.push(ident.name());
     dir.push("metadata");
     let not_found = || CatalogError::TableNotFound(display_ident(ident));
-    if let Ok(hint) = std::fs::read_to_string(dir.join("version-hint.text")) {
-        let candidate = dir.join(format!("v{}.metadata.json", hint.trim()));
+    let hint = read_regular(&dir.join("version-hint.text"), Some(MAX_HINT_BYTES))
+        .ok()
+        .and_then(|hint| String::from_utf8_lossy(&hint).trim().parse::<u64>().ok());
+    if let Some(version) = hint {
+        let candidate = dir.join(format!("v{version}.metadata.json"));
         if candidate.is_file() {
             return Ok(candidate.display().to_string());
         }

@@ -6,7 +6,9 @@ mod redact;
 mod storage;
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use iceberg::table::Table;
 use iceberg::{Catalog, CatalogBuilder, ErrorKind, NamespaceIdent, TableIdent};
@@ -126,6 +128,16 @@ pub enum CatalogError {
     /// The catalog did not answer or refused the connection.
     #[error("catalog unreachable: {0}")]
     Unreachable(String),
+    /// The catalog (or the table's storage) did not answer within the deadline.
+    #[error(
+        "the catalog did not answer within {after:?} ({doing}; the deadline is catalog.timeout)"
+    )]
+    Timeout {
+        /// What was asked, e.g. `loading table shop.orders`.
+        doing: String,
+        /// The deadline (`catalog.timeout`).
+        after: Duration,
+    },
     /// The catalog answered, but has no such table.
     #[error("table {0} not found in the catalog")]
     TableNotFound(String),
@@ -234,7 +246,28 @@ impl CatalogConfig {
         format!("{kind}:{location}")
     }
 
-    /// Connects and loads the table's current metadata.
+    /// Loads the table and checks that its files can be read ([`check_readable`]), as a
+    /// registration does, within `timeout` altogether.
+    pub async fn load_checked(
+        &self,
+        ident: &TableIdent,
+        timeout: Duration,
+    ) -> Result<Table, CatalogError> {
+        let loading = async {
+            let table = self.load_table(ident).await?;
+            check_readable(&table).await?;
+            Ok(table)
+        };
+        within(
+            timeout,
+            || format!("loading table {}", display_ident(ident)),
+            loading,
+        )
+        .await
+    }
+
+    /// Connects and loads the table's current metadata (without a deadline: see
+    /// [`CatalogConfig::load_checked`] and [`CatalogCache`]).
     pub async fn load_table(&self, ident: &TableIdent) -> Result<Table, CatalogError> {
         match self {
             CatalogConfig::Filesystem {
@@ -358,15 +391,43 @@ fn builder_props(
     properties.clone().into_iter().chain(fields).collect()
 }
 
+/// How long a catalog call may take by default (`catalog.timeout`).
+pub const DEFAULT_CATALOG_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Runs `work` with a deadline: past `timeout` it is dropped (its connections with it)
+/// and the answer is [`CatalogError::Timeout`]. The catalog clients set none of their
+/// own (the REST client waits for an answer forever, the Hive client too).
+pub async fn within<T>(
+    timeout: Duration,
+    doing: impl FnOnce() -> String,
+    work: impl Future<Output = Result<T, CatalogError>>,
+) -> Result<T, CatalogError> {
+    match tokio::time::timeout(timeout, work).await {
+        Ok(done) => done,
+        Err(_) => Err(CatalogError::Timeout {
+            doing: doing(),
+            after: timeout,
+        }),
+    }
+}
+
 /// Connected catalogs by their settings, shared by a node's polls: connecting a SQL
 /// catalog opens a connection pool and runs DDL, which a poll should not repeat.
 ///
 /// A connection is renewed after [`CATALOG_RENEWAL`] and after any failure other than a
 /// missing table: the REST catalog client never refreshes its OAuth token (it expires,
-/// typically after an hour), and a catalog may have moved or restarted.
-#[derive(Clone, Default)]
+/// typically after an hour), and a catalog may have moved or restarted. Every load
+/// (connecting included) has the cache's deadline.
+#[derive(Clone)]
 pub struct CatalogCache {
     connected: Arc<std::sync::Mutex<HashMap<String, Connected>>>,
+    timeout: Duration,
+}
+
+impl Default for CatalogCache {
+    fn default() -> Self {
+        Self::new(DEFAULT_CATALOG_TIMEOUT)
+    }
 }
 
 #[derive(Clone)]
@@ -379,21 +440,52 @@ struct Connected {
 pub const CATALOG_RENEWAL: std::time::Duration = std::time::Duration::from_secs(15 * 60);
 
 impl CatalogCache {
-    /// Loads the table's current metadata, reusing a connection to its catalog.
+    /// A cache whose loads each have `timeout` (`catalog.timeout`).
+    pub fn new(timeout: Duration) -> Self {
+        Self {
+            connected: Default::default(),
+            timeout,
+        }
+    }
+
+    /// Loads the table's current metadata, reusing a connection to its catalog, within
+    /// the cache's deadline.
     pub async fn load_table(
         &self,
         config: &CatalogConfig,
         ident: &TableIdent,
     ) -> Result<Table, CatalogError> {
+        let doing = || format!("loading table {}", display_ident(ident));
         if let CatalogConfig::Filesystem { .. } = config {
-            return config.load_table(ident).await;
+            return within(self.timeout, doing, config.load_table(ident)).await;
         }
         let key = serde_json::to_string(config).expect("catalog settings serialize");
+        let loaded = within(
+            self.timeout,
+            doing,
+            self.load_connected(config, ident, &key),
+        )
+        .await;
+        if loaded
+            .as_ref()
+            .is_err_and(|e| !matches!(e, CatalogError::TableNotFound(_)))
+        {
+            self.connected.lock().expect("catalog cache").remove(&key);
+        }
+        loaded
+    }
+
+    async fn load_connected(
+        &self,
+        config: &CatalogConfig,
+        ident: &TableIdent,
+        key: &str,
+    ) -> Result<Table, CatalogError> {
         let cached = self
             .connected
             .lock()
             .expect("catalog cache")
-            .get(&key)
+            .get(key)
             .filter(|c| c.at.elapsed() < CATALOG_RENEWAL)
             .cloned();
         let catalog = match cached {
@@ -407,18 +499,11 @@ impl CatalogCache {
                 self.connected
                     .lock()
                     .expect("catalog cache")
-                    .insert(key.clone(), connected);
+                    .insert(key.to_string(), connected);
                 catalog
             }
         };
-        let loaded = load_from(catalog.as_ref(), ident).await;
-        if loaded
-            .as_ref()
-            .is_err_and(|e| !matches!(e, CatalogError::TableNotFound(_)))
-        {
-            self.connected.lock().expect("catalog cache").remove(&key);
-        }
-        loaded
+        load_from(catalog.as_ref(), ident).await
     }
 }
 

@@ -22,8 +22,8 @@ use roaring::RoaringTreemap;
 
 use super::deletes::DeleteRef;
 use super::vector;
-use crate::changes::{ChangeStoreError, ReadSchema};
 use crate::changes::segment::column_of;
+use crate::changes::{ChangeStoreError, ReadSchema};
 
 /// Field ids of a position delete file's columns (Iceberg spec, reserved ids).
 const FILE_PATH_ID: i32 = 2_147_483_546;

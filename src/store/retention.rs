@@ -12,17 +12,27 @@ use crate::changes::{ChangeStore, Position};
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Retention {
-    /// Keep change sets published within this many milliseconds.
+    /// Keep change sets published within this many milliseconds (at most 100 years).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 3_155_760_000_000_i64)]
     pub max_age_ms: Option<i64>,
-    /// Keep at most this many of the newest change sets.
+    /// Keep at most this many of the newest change sets (at most 2^53 − 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 9_007_199_254_740_991_i64)]
     pub max_change_sets: Option<i64>,
     /// Remove change sets older than this many milliseconds even if subscriptions have
     /// not consumed them yet (they then answer `410 position_expired`). Without it,
-    /// change sets a subscription still needs are kept past the limits above.
+    /// change sets a subscription still needs are kept past the limits above. At most
+    /// 100 years.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 3_155_760_000_000_i64)]
     pub hard_max_age_ms: Option<i64>,
+}
+
+impl Retention {
+    /// The longest age a limit may have, in milliseconds: 100 years (of 365.25 days),
+    /// well within what PostgreSQL intervals and chrono durations hold.
+    pub const MAX_AGE_MS: i64 = 36_525 * 86_400_000;
 }
 
 /// The pruned prefix of a table's feed.
@@ -119,14 +129,18 @@ impl Store {
              SELECT max(c.ordinal) FROM change_sets c, t, needed \
               WHERE c.table_id = $1 AND ( \
                  ((t.retention_max_age_ms IS NOT NULL \
-                     AND c.published_at < now() - t.retention_max_age_ms * interval '1 millisecond') \
+                     AND c.published_at < now() - LEAST(t.retention_max_age_ms, $2) \
+                                                  * interval '1 millisecond') \
                   OR (t.retention_max_change_sets IS NOT NULL \
                      AND c.ordinal <= t.last_ordinal - t.retention_max_change_sets)) \
                  AND (needed.ordinal IS NULL OR c.ordinal < needed.ordinal) \
                  OR (t.retention_hard_max_age_ms IS NOT NULL \
-                     AND c.published_at < now() - t.retention_hard_max_age_ms * interval '1 millisecond'))",
+                     AND c.published_at < now() - LEAST(t.retention_hard_max_age_ms, $2) \
+                                                  * interval '1 millisecond'))",
         )
         .bind(table)
+        // Ages stored before the API bounded them cannot overflow the interval.
+        .bind(Retention::MAX_AGE_MS)
         .fetch_one(&mut *tx)
         .await?;
         let Some(through) = through else {

@@ -351,6 +351,31 @@ impl Store {
         }))
     }
 
+    /// Whether `p` lies beyond `table`'s feed: past the end of its change set, or inside
+    /// one not published yet. The start of the next change set (where a caught-up
+    /// reader stands) is not beyond, nor is a position in the pruned prefix (it is gone,
+    /// which [`Floor::is_gone`](super::Floor::is_gone) tells).
+    pub async fn is_beyond_feed(&self, table: TableId, p: Position) -> Result<bool, StoreError> {
+        let (last, floor_ordinal, floor_events, count): (i64, i64, i64, Option<i64>) =
+            sqlx::query_as(
+                "SELECT t.last_ordinal, t.pruned_through_ordinal, t.pruned_through_events, \
+                        (SELECT event_count FROM change_sets WHERE table_id = $1 AND ordinal = $2) \
+                   FROM source_tables t WHERE t.id = $1",
+            )
+            .bind(table)
+            .bind(p.ordinal)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        Ok(match count {
+            Some(count) => p.consumed > count,
+            // Pruned: its index row is gone, the floor remembers how many events it had.
+            None if p.ordinal < floor_ordinal => false,
+            None if p.ordinal == floor_ordinal => p.consumed > floor_events,
+            None => p.consumed > 0 || p.ordinal > last.saturating_add(1),
+        })
+    }
+
     /// The ordinal of the change set published for `snapshot_id`, if any.
     pub async fn ordinal_of_snapshot(
         &self,

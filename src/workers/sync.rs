@@ -46,11 +46,12 @@ impl From<StoreError> for SyncError {
 
 impl From<CatalogError> for SyncError {
     fn from(e: CatalogError) -> Self {
+        // Named by their code, like the storage failures of a publish.
         match &e {
-            CatalogError::Storage {
-                fault: StorageFault::AccessDenied,
-                ..
-            } => SyncError::Transient(format!("{ACCESS_DENIED}: {e}")),
+            CatalogError::Storage { fault, .. } => {
+                SyncError::Transient(format!("{}: {e}", fault.code()))
+            }
+            CatalogError::Timeout { .. } => SyncError::Transient(format!("catalog_timeout: {e}")),
             _ => SyncError::Transient(e.to_string()),
         }
     }
@@ -64,9 +65,10 @@ impl From<PlanError> for SyncError {
 }
 
 /// How a sync treats a failure to read the table's files. A file the metadata names
-/// that is gone will not come back: the table stops. Access denied is retried once
-/// with the credentials a fresh load of the table brings (vended credentials expire);
-/// denied again, the table stops (see [`SyncError::after`]). Anything else is retried.
+/// that is gone (or is a named pipe, a device, a directory) will not come back: the
+/// table stops. Access denied is retried once with the credentials a fresh load of the
+/// table brings (vended credentials expire); denied again, the table stops (see
+/// [`SyncError::after`]). Anything else is retried.
 fn storage_error(e: &iceberg::Error, snapshot: i64) -> Option<SyncError> {
     let fault = StorageFault::of(e)?;
     let message = format!(
@@ -75,7 +77,10 @@ fn storage_error(e: &iceberg::Error, snapshot: i64) -> Option<SyncError> {
         storage_cause(e)
     );
     Some(match fault {
-        StorageFault::NotFound | StorageFault::Invalid => SyncError::Table {
+        StorageFault::NotFound
+        | StorageFault::Invalid
+        | StorageFault::NotAFile
+        | StorageFault::TooLarge => SyncError::Table {
             message: format!("cannot publish snapshot {snapshot}: {message}"),
             snapshot: Some(snapshot),
         },

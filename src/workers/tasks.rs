@@ -41,11 +41,14 @@ impl TaskError {
     pub fn reading(e: ChangeStoreError) -> Self {
         match &e {
             ChangeStoreError::Corrupt(_) => TaskError::Permanent(e.to_string()),
-            ChangeStoreError::Source(source)
-                if StorageFault::of(source) == Some(StorageFault::NotFound) =>
-            {
-                TaskError::Permanent(format!("storage_not_found: {e}"))
-            }
+            ChangeStoreError::Source(source) => match StorageFault::of(source) {
+                Some(
+                    fault @ (StorageFault::NotFound
+                    | StorageFault::NotAFile
+                    | StorageFault::TooLarge),
+                ) => TaskError::Permanent(format!("{}: {e}", fault.code())),
+                _ => TaskError::retryable(e),
+            },
             _ => TaskError::retryable(e),
         }
     }

@@ -7,6 +7,8 @@ mod errors;
 mod fault_proxy;
 mod feed;
 mod fixtures;
+mod hangs;
+mod hostile;
 mod nodes;
 mod object_storage;
 mod openapi;

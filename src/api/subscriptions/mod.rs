@@ -79,11 +79,22 @@ impl Loaded {
         self.slots.iter().map(|s| s.committed).collect()
     }
 
-    /// Where reading starts: after `cursor`, or after the committed position.
-    pub fn start(&self, cursor: Option<&str>) -> Result<Vec<Position>, ApiError> {
+    /// Where reading starts: after `cursor`, or after the committed position. A cursor
+    /// beyond what a table's feed published answers `400 cursor_ahead`.
+    pub async fn start(
+        &self,
+        state: &AppState,
+        cursor: Option<&str>,
+    ) -> Result<Vec<Position>, ApiError> {
         match cursor {
             None | Some("") => Ok(self.committed()),
-            Some(cursor) => self.decode(cursor),
+            Some(cursor) => {
+                let positions = self.decode(cursor)?;
+                for (table, p) in self.tables.iter().zip(&positions) {
+                    super::changes::ensure_published(state, table, *p).await?;
+                }
+                Ok(positions)
+            }
         }
     }
 
@@ -233,6 +244,8 @@ fn validate_name(name: &str) -> Result<(), ApiError> {
         (status = 400, description = "Malformed body; invalid name, tables, operations, columns or start", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "A table does not exist", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The name is taken", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than `api.max_body_bytes` (`request_body_too_large`)", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not sent as `application/json` (`unsupported_media_type`)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The start snapshot has no published change set; the body misses a field, has one of the wrong type or an unknown one", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -241,6 +254,9 @@ pub async fn create_subscription(
     Json(request): Json<CreateSubscription>,
 ) -> Result<Response, ApiError> {
     validate_name(&request.name)?;
+    if let Some(SubscriptionStart::Timestamp { timestamp }) = &request.start {
+        super::limits::check_timestamp("start.timestamp", timestamp)?;
+    }
     if request.tables.is_empty() || request.tables.len() > MAX_TABLES {
         return Err(ApiError::bad_request(
             "invalid_tables",
@@ -366,6 +382,8 @@ pub async fn get_subscription(
         (status = 200, description = "The subscription", body = SubscriptionView),
         (status = 400, description = "Malformed body", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than `api.max_body_bytes` (`request_body_too_large`)", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not sent as `application/json` (`unsupported_media_type`)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The body misses `paused` or has unknown fields", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -411,7 +429,8 @@ pub struct SubscriptionPageQuery {
     /// Continue after this cursor of the subscription instead of its committed position
     /// (to read ahead before acknowledging).
     pub after: Option<String>,
-    /// Events per page (default 1000).
+    /// Events per page (default 1000); at most `api.max_limit` (10000).
+    #[param(minimum = 1)]
     pub limit: Option<u32>,
     /// How longs beyond ±2^53 are written: `auto` (default) or `number`.
     pub longs: Option<Longs>,
@@ -443,7 +462,7 @@ pub struct SubscriptionPageQuery {
             ("Icefeed-More" = bool, description = "Whether more events are available now"),
             ("Icefeed-Count" = u64, description = "Events in the page"),
         )),
-        (status = 400, description = "Malformed or foreign cursor, limit or wait out of range", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Malformed or foreign cursor, or one beyond a table's feed (`cursor_ahead`); limit or wait out of range", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The subscription is paused", body = Problem, content_type = "application/problem+json"),
         (status = 410, description = "Retention removed events the subscription had not consumed (a hard limit); `earliest` holds the oldest available cursor", body = Problem, content_type = "application/problem+json"),
@@ -460,7 +479,7 @@ pub async fn get_subscription_events(
     loaded.ensure_active()?;
     let limit = page_limit(&state, query.limit)?;
     let wait = long_poll_wait(&state, query.wait)?;
-    let start = loaded.start(query.after.as_deref())?;
+    let start = loaded.start(&state, query.after.as_deref()).await?;
     let selection = loaded.selection()?;
     let options = query.longs.unwrap_or_default().options();
     let format = Format::negotiate(query.format, &headers);
@@ -529,6 +548,8 @@ pub(crate) async fn record_delivered(
         (status = 400, description = "Malformed or foreign cursor", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The position is before the committed one, or was never delivered", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than `api.max_body_bytes` (`request_body_too_large`)", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not sent as `application/json` (`unsupported_media_type`)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The body misses `position` or has unknown fields", body = Problem, content_type = "application/problem+json"),
     )
 )]

@@ -292,12 +292,14 @@ pub struct Redrive {
     /// Dead letters to send again (at most 1000). Without it, the oldest `limit` dead
     /// letters after `after` are sent.
     #[serde(default)]
+    #[schema(min_items = 1, max_items = 1000)]
     pub ids: Option<Vec<i64>>,
     /// Without `ids`: start after this dead letter id (a `next` of an earlier answer).
     #[serde(default)]
     pub after: Option<i64>,
     /// Without `ids`: how many to send, 1 to 1000; default 100.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
 }
 

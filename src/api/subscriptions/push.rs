@@ -16,8 +16,10 @@ use super::{Loaded, TAG, load, start, view};
 use crate::api::AppState;
 use crate::api::error::{ApiError, Problem};
 use crate::api::extract::{Json, Path, Query};
+use crate::api::limits;
 use crate::delivery::opensearch::{
-    ItemOutcome, OpenSearchClient, OpenSearchTarget, PushTarget, RetryPolicy, SendError,
+    ConfigError, ItemOutcome, OpenSearchClient, OpenSearchTarget, PushTarget, RetryPolicy,
+    SendError,
 };
 use crate::delivery::push::{ItemError, UNRENDERABLE, item_for_event, send_items};
 use crate::store::{DeadLetter, SourceTable, SubscriptionState};
@@ -47,8 +49,17 @@ pub(super) fn check_target(
         }
         (SubscriptionKind::Opensearch, Some(target)) => target,
     };
-    let checked = PushTarget::new(target.clone())
-        .map_err(|e| ApiError::bad_request("invalid_target", e.to_string()))?;
+    let checked = PushTarget::new(target.clone()).map_err(|e| {
+        let field = match &e {
+            ConfigError::Invalid { field, .. } => Some(format!("target.{field}")),
+            ConfigError::Malformed(_) => None,
+        };
+        let problem = ApiError::bad_request("invalid_target", e.to_string());
+        match field {
+            Some(field) => problem.with("field", field),
+            None => problem,
+        }
+    })?;
     for table in tables {
         if checked.config.document_id.is_none() && table.identifier_columns.is_empty() {
             return Err(ApiError::bad_request(
@@ -160,6 +171,8 @@ fn ensure_push(loaded: &Loaded) -> Result<(), ApiError> {
         (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The position is after the committed one", body = Problem, content_type = "application/problem+json"),
         (status = 410, description = "Retention removed events after the position", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than `api.max_body_bytes` (`request_body_too_large`)", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not sent as `application/json` (`unsupported_media_type`)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The snapshot has no published change set; the body has unknown fields or wrong types", body = Problem, content_type = "application/problem+json"),
     )
 )]
@@ -180,6 +193,9 @@ pub async fn rewind_subscription(
             "invalid_rewind",
             "give exactly one of position, snapshot_id, timestamp or \"earliest\": true",
         ));
+    }
+    if let Some(timestamp) = &rewind.timestamp {
+        limits::check_timestamp("timestamp", timestamp)?;
     }
     let mut positions = Vec::with_capacity(loaded.tables.len());
     if let Some(cursor) = &rewind.position {
@@ -236,6 +252,7 @@ pub struct DeadLetterQuery {
     /// Continue after this dead letter id (a page's `next`).
     pub after: Option<i64>,
     /// Dead letters per page: 1 to 1000, default 100.
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
 }
 
@@ -301,6 +318,8 @@ pub async fn list_dead_letters(
         (status = 400, description = "Malformed body, `ids` together with `after` or `limit` (`invalid_redrive`), or too many ids or a limit out of range", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "A pull subscription", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than `api.max_body_bytes` (`request_body_too_large`)", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not sent as `application/json` (`unsupported_media_type`)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The body has unknown fields or wrong types", body = Problem, content_type = "application/problem+json"),
         (status = 502, description = "OpenSearch refused the requests or kept failing; nothing was removed", body = Problem, content_type = "application/problem+json"),
     )
@@ -323,9 +342,13 @@ pub async fn redrive_dead_letters(
         }
         (Some(ids), None, None) => {
             if ids.is_empty() || ids.len() > max as usize {
-                return Err(ApiError::bad_request(
+                return Err(limits::out_of_range(
                     "limit_out_of_range",
-                    format!("ids must list between 1 and {max} dead letters"),
+                    "ids",
+                    1,
+                    max,
+                    " dead letters",
+                    format!("{} ids", ids.len()),
                 ));
             }
             (state.store.dead_letters_by_id(sub, ids).await?, None)
@@ -408,13 +431,13 @@ pub async fn redrive_dead_letters(
 /// A page size of dead letters: the default when absent, else checked against the maximum.
 fn checked_limit(limit: Option<u32>) -> Result<u32, ApiError> {
     let (default, max) = DEAD_LETTER_LIMITS;
-    match limit.unwrap_or(default) {
-        limit @ 1.. if limit <= max => Ok(limit),
-        _ => Err(ApiError::bad_request(
-            "limit_out_of_range",
-            format!("limit must be between 1 and {max}"),
-        )),
-    }
+    limits::check(
+        "limit_out_of_range",
+        "limit",
+        limit.unwrap_or(default),
+        1,
+        max,
+    )
 }
 
 /// The `next` of a page of `limit` dead letters: its last id when the page is full.

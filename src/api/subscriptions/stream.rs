@@ -27,7 +27,8 @@ pub struct SubscriptionStreamQuery {
     /// Cursor of this subscription to start after when no `Last-Event-ID` header is
     /// sent; omit both to start after the committed position.
     pub after: Option<String>,
-    /// Most events read and sent at a time (default 1000).
+    /// Most events read and sent at a time (default 1000); at most `api.max_limit` (10000).
+    #[param(minimum = 1)]
     pub limit: Option<u32>,
     /// How longs beyond ±2^53 are written: `auto` (default) or `number`.
     pub longs: Option<Longs>,
@@ -48,7 +49,7 @@ pub struct SubscriptionStreamQuery {
     ),
     responses(
         (status = 200, description = "An endless stream of `change` events", content_type = "text/event-stream", body = String),
-        (status = 400, description = "Malformed or foreign cursor, or limit out of range", body = Problem, content_type = "application/problem+json"),
+        (status = 400, description = "Malformed or foreign cursor, or one beyond a table's feed (`cursor_ahead`); limit out of range", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The subscription is paused, or pushes into OpenSearch", body = Problem, content_type = "application/problem+json"),
         (status = 410, description = "Retention removed events the subscription had not consumed", body = Problem, content_type = "application/problem+json"),
@@ -64,7 +65,8 @@ pub async fn stream_subscription(
     super::push::ensure_pull(&loaded)?;
     loaded.ensure_active()?;
     let limit = page_limit(&state, query.limit)?;
-    let start = loaded.start(resume_cursor(&headers, query.after.as_deref())?)?;
+    let cursor = resume_cursor(&headers, query.after.as_deref())?;
+    let start = loaded.start(&state, cursor).await?;
     let selection = Arc::new(loaded.selection()?);
     let options = query.longs.unwrap_or_default().options();
     let ids: Vec<TableId> = loaded.tables.iter().map(|t| t.id).collect();

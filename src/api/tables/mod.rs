@@ -50,15 +50,23 @@ fn not_found(e: StoreError) -> ApiError {
          headers(("Location" = String, description = "URL of the new table"))),
         (status = 400, description = "Malformed request: unknown catalog type, invalid settings, identifier or poll interval", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The table is registered already", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than `api.max_body_bytes` (`request_body_too_large`)", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not sent as `application/json` (`unsupported_media_type`)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The catalog has no such table, branch, snapshot or identifier column; the body misses a field, has one of the wrong type or an unknown one", body = Problem, content_type = "application/problem+json"),
         (status = 502, description = "The catalog could not be reached", body = Problem, content_type = "application/problem+json"),
+        (status = 504, description = "The catalog did not answer within `catalog.timeout` (`catalog_timeout`)", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn register_table(
     State(state): State<AppState>,
     Json(request): Json<RegisterTable>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let new = register::prepare(request, state.settings.scheduler.default_poll_interval).await?;
+    let new = register::prepare(
+        request,
+        state.settings.scheduler.default_poll_interval,
+        state.settings.catalog.timeout,
+    )
+    .await?;
     let table = state.store.insert_table(&new).await.map_err(|e| match e {
         StoreError::Conflict(_) => ApiError::new(
             StatusCode::CONFLICT,
@@ -127,8 +135,11 @@ pub async fn get_table(
         (status = 400, description = "Not a table id, malformed body, invalid poll interval, retention or catalog settings", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such table", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Another registration follows the table through the new catalog settings", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than `api.max_body_bytes` (`request_body_too_large`)", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not sent as `application/json` (`unsupported_media_type`)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "A field of the wrong type or an unknown one; the new catalog settings reach no table, another table, or files that cannot be read (`storage_access_denied`, `storage_not_found`)", body = Problem, content_type = "application/problem+json"),
         (status = 502, description = "The new catalog or its storage did not answer", body = Problem, content_type = "application/problem+json"),
+        (status = 504, description = "The new catalog did not answer within `catalog.timeout` (`catalog_timeout`)", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn update_table(
@@ -148,7 +159,9 @@ pub async fn update_table(
         .transpose()?;
     // Checked before anything is written, so a refused catalog changes nothing else.
     let catalog = match update.catalog {
-        Some(catalog) => Some(register::replacement_catalog(&table, catalog).await?),
+        Some(catalog) => Some(
+            register::replacement_catalog(&table, catalog, state.settings.catalog.timeout).await?,
+        ),
         None => None,
     };
     if let Some(retention) = retention {

@@ -59,6 +59,7 @@ pub struct RegisterTable {
     pub start: Option<StartPosition>,
     /// How often to look for new snapshots, in milliseconds (100 ms to 1 day).
     #[serde(default)]
+    #[schema(minimum = 100, maximum = 86_400_000)]
     pub poll_interval_ms: Option<u64>,
     /// The branch to follow; default `main`.
     #[serde(default)]
@@ -75,8 +76,9 @@ pub struct UpdateTable {
     /// `true` pauses polling; `false` resumes it (and retries a table in the error state).
     #[serde(default)]
     pub paused: Option<bool>,
-    /// A new poll interval in milliseconds.
+    /// A new poll interval in milliseconds (100 ms to 1 day).
     #[serde(default)]
+    #[schema(minimum = 100, maximum = 86_400_000)]
     pub poll_interval_ms: Option<u64>,
     /// New retention limits (replacing the old ones; `{}` keeps everything forever).
     #[serde(default)]

@@ -9,7 +9,8 @@ use iceberg::util::snapshot::ancestors_of;
 
 use super::model::{RegisterTable, StartName, StartPosition};
 use crate::api::error::ApiError;
-use crate::catalog::{CatalogConfig, REDACTED, check_readable, display_ident, parse_ident};
+use crate::api::limits;
+use crate::catalog::{CatalogConfig, REDACTED, display_ident, parse_ident};
 use crate::store::{NewSourceTable, Retention, SourceTable, TableId};
 use crate::workers::committed_at;
 
@@ -20,17 +21,20 @@ const MAX_POLL: Duration = Duration::from_secs(86_400);
 pub async fn prepare(
     request: RegisterTable,
     default_poll: Duration,
+    catalog_timeout: Duration,
 ) -> Result<NewSourceTable, ApiError> {
     let poll = match request.poll_interval_ms {
         Some(ms) => validate_poll_interval(ms)?,
         None => default_poll,
     };
     let retention = validate_retention(request.retention.unwrap_or_default())?;
+    if let Some(StartPosition::Timestamp { timestamp }) = &request.start {
+        limits::check_timestamp("start.timestamp", timestamp)?;
+    }
     let catalog = CatalogConfig::from_json(&request.catalog)?;
     let ident = parse_ident(&request.table)
         .map_err(|e| ApiError::bad_request("invalid_table_identifier", e.to_string()))?;
-    let table = catalog.load_table(&ident).await?;
-    check_readable(&table).await?;
+    let table = catalog.load_checked(&ident, catalog_timeout).await?;
     let metadata = table.metadata_ref();
 
     let identifier_columns = resolve_identifier_columns(&metadata, request.identifier_columns)?;
@@ -83,13 +87,13 @@ pub async fn prepare(
 pub async fn replacement_catalog(
     table: &SourceTable,
     mut catalog: serde_json::Value,
+    catalog_timeout: Duration,
 ) -> Result<(serde_json::Value, String), ApiError> {
     keep_shown_secrets(&mut catalog, &table.catalog);
     let config = CatalogConfig::from_json(&catalog)?;
     let ident = parse_ident(&table.table_name)
         .map_err(|e| ApiError::bad_request("invalid_table_identifier", e.to_string()))?;
-    let iceberg = config.load_table(&ident).await?;
-    check_readable(&iceberg).await?;
+    let iceberg = config.load_checked(&ident, catalog_timeout).await?;
     if let Some(checkpoint) = table.checkpoint_snapshot_id
         && iceberg.metadata().snapshot_by_id(checkpoint).is_none()
     {
@@ -127,28 +131,28 @@ fn keep_shown_secrets(catalog: &mut serde_json::Value, stored: &serde_json::Valu
 
 /// Checks a poll interval in milliseconds.
 pub fn validate_poll_interval(ms: u64) -> Result<Duration, ApiError> {
-    let poll = Duration::from_millis(ms);
-    if !(MIN_POLL..=MAX_POLL).contains(&poll) {
-        return Err(ApiError::bad_request(
-            "invalid_poll_interval",
-            format!("poll_interval_ms must be between 100 and 86400000; got {ms}"),
-        ));
-    }
-    Ok(poll)
+    let (min, max) = (MIN_POLL.as_millis() as u64, MAX_POLL.as_millis() as u64);
+    limits::check("invalid_poll_interval", "poll_interval_ms", ms, min, max)?;
+    Ok(Duration::from_millis(ms))
 }
 
-/// Checks retention limits: every one given must be positive.
+/// Checks retention limits: every one given must be positive, ages at most 100 years
+/// (what PostgreSQL intervals and chrono durations hold) and the count at most 2^53 − 1.
 pub fn validate_retention(r: Retention) -> Result<Retention, ApiError> {
-    let limits = [
-        ("max_age_ms", r.max_age_ms),
-        ("max_change_sets", r.max_change_sets),
-        ("hard_max_age_ms", r.hard_max_age_ms),
+    let bounds = [
+        ("max_age_ms", r.max_age_ms, limits::MAX_DURATION_MS),
+        ("max_change_sets", r.max_change_sets, limits::MAX_COUNT),
+        (
+            "hard_max_age_ms",
+            r.hard_max_age_ms,
+            limits::MAX_DURATION_MS,
+        ),
     ];
-    if let Some((name, Some(value))) = limits.into_iter().find(|(_, v)| v.is_some_and(|v| v <= 0)) {
-        return Err(ApiError::bad_request(
-            "invalid_retention",
-            format!("retention.{name} must be positive (or left out for no limit); got {value}"),
-        ));
+    for (name, value, max) in bounds {
+        if let Some(value) = value {
+            let field = format!("retention.{name}");
+            limits::check("invalid_retention", &field, value, 1, max)?;
+        }
     }
     Ok(r)
 }

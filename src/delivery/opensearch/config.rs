@@ -13,6 +13,8 @@ use crate::catalog::REDACTED;
 
 /// OpenSearch refuses request bodies over `http.max_content_length`, 100 MiB by default.
 const MAX_BATCH_BYTES: usize = 100 << 20;
+/// The most documents one `_bulk` request may carry: a batch is read into memory whole.
+const MAX_BATCH_DOCUMENTS: usize = 100_000;
 
 /// Where and how a push subscription writes into OpenSearch.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
@@ -120,11 +122,13 @@ impl TlsOptions {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchLimits {
-    /// Documents (index and delete actions) per request; default 1000.
+    /// Documents (index and delete actions) per request, 1 to 100000; default 1000.
     #[serde(default = "default_max_documents")]
+    #[schema(minimum = 1, maximum = 100_000)]
     pub max_documents: usize,
-    /// Bytes of request body; default 5 MiB.
+    /// Bytes of request body, 1 KiB to 100 MiB; default 5 MiB.
     #[serde(default = "default_max_bytes")]
+    #[schema(minimum = 1024, maximum = 104_857_600)]
     pub max_bytes: usize,
 }
 
@@ -361,8 +365,11 @@ pub(super) fn error_chain(error: &dyn std::error::Error) -> String {
 }
 
 fn check_batch(batch: &BatchLimits) -> Result<(), ConfigError> {
-    if batch.max_documents == 0 {
-        return Err(invalid("batch.max_documents", "must be at least 1"));
+    if !(1..=MAX_BATCH_DOCUMENTS).contains(&batch.max_documents) {
+        return Err(invalid(
+            "batch.max_documents",
+            format!("must be between 1 and {MAX_BATCH_DOCUMENTS}"),
+        ));
     }
     if !(1024..=MAX_BATCH_BYTES).contains(&batch.max_bytes) {
         return Err(invalid(
@@ -495,7 +502,11 @@ mod tests {
             ),
             (
                 json!({"batch": {"max_documents": 0}}),
-                "`batch.max_documents`: must be at least 1",
+                "`batch.max_documents`: must be between 1 and 100000",
+            ),
+            (
+                json!({"batch": {"max_documents": 100_001}}),
+                "`batch.max_documents`: must be between 1 and 100000",
             ),
             (
                 json!({"batch": {"max_bytes": 10}}),
