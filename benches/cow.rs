@@ -10,13 +10,14 @@
 //!    `trip_id`) on a fresh PostgreSQL database;
 //! 3. per scenario commits ONE snapshot and times from the commit returning to the
 //!    checkpoint reaching it (`GET /v1/tables/{id}` every 20 ms), scans the removed and
-//!    added files with bare Arrow on 2 threads (the floor), and pages through the new
-//!    events to check their count and ops;
+//!    added files with bare Arrow on 2 threads (the floor, median of 3 runs), and pages
+//!    through the new events to check their count and ops (`load/scenario.rs`);
 //! 4. prints a table with Data Prepper's published figures for reference.
 //!
 //! PostgreSQL: `ICEFEED_BENCH_DATABASE_URL` (a role that may create databases).
 
 #[path = "load/cdc.rs"]
+#[allow(dead_code)]
 mod cdc;
 #[path = "load/database.rs"]
 mod database;
@@ -27,29 +28,29 @@ mod generate;
 #[allow(dead_code)]
 mod harness;
 #[path = "load/scan.rs"]
+#[allow(dead_code)]
 mod scan;
+#[path = "load/scenario.rs"]
+mod scenario;
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::collections::HashMap;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::cdc::{
-    Kind, Registered, commit_plan, copy_table, local_path, plan_clustered, plan_scattered,
-    register_and_wait, scratch_dir, wait_checkpoint,
+    Kind, Registered, copy_table, plan_clustered, plan_scattered, register_and_wait, scratch_dir,
 };
 use crate::database::{Database, node_settings};
-use anyhow::{Context, bail};
+use crate::harness::short;
+use crate::scenario::Feed;
 use clap::Parser;
-use iceberg::spec::DataFile;
 use icefeed::demo::rewrite::live_data_files;
 use icefeed::demo::taxi::TaxiGenerator;
 use icefeed::demo::writer::{self, AppendOptions};
-use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 const DEFAULT_ADMIN_URL: &str = "postgres://icefeed:icefeed@127.0.0.1:5432/icefeed";
-const PAGE_LIMIT: u64 = 10_000;
 
 /// Arguments after `--` of `cargo bench --bench cow`.
 #[derive(Debug, Parser)]
@@ -190,10 +191,14 @@ async fn scenarios(
         "registered {id}; checkpoint at the head after {:.2}s",
         waited.as_secs_f64()
     );
-    let mut cursor: Option<String> = None;
+    let mut feed = Feed {
+        client,
+        base: base.to_string(),
+        id,
+        cursor: None,
+    };
     // Drain whatever the start left (nothing with "latest").
-    let (_, next) = page_events(&client, base, &id, cursor.take()).await?;
-    cursor = Some(next);
+    feed.read_new().await?;
 
     let n = args.changed;
     let list = [
@@ -256,10 +261,10 @@ async fn scenarios(
             reference,
         };
         println!("{} ...", scenario.name);
-        let before = live_data_files(&table).await?;
-        let prepare = Instant::now();
-        let (after, removed) = match kind {
+        let (after, measured) = match kind {
             Kind::Insert => {
+                let before = live_data_files(&table).await?;
+                let prepare = Instant::now();
                 let mut generator = TaxiGenerator::new(1000 + i as u64, next_trip_id, 365);
                 next_trip_id += rows as i64;
                 let mut batches = Vec::new();
@@ -274,9 +279,22 @@ async fn scenarios(
                     snapshot_properties: HashMap::from([("icefeed.bench".into(), "cow".into())]),
                 };
                 let after = writer::append(&catalog, &table, &batches, &options).await?;
-                (after, Vec::new())
+                let committed = Instant::now();
+                let measured = scenario::copied_on_write(
+                    &mut feed,
+                    prepare,
+                    committed,
+                    &before,
+                    &after,
+                    &[],
+                    kind,
+                    rows,
+                )
+                .await?;
+                (after, measured)
             }
             Kind::Update | Kind::Delete => {
+                let before = live_data_files(&table).await?;
                 let plan = if clustered {
                     // Update and delete take partitions a third and two thirds into the year.
                     let at = if kind == Kind::Update { 1 } else { 2 };
@@ -284,124 +302,21 @@ async fn scenarios(
                 } else {
                     plan_scattered(&before, rows)?
                 };
-                commit_plan(&catalog, &table, &plan, kind).await?
+                scenario::copy_on_write(&mut feed, &catalog, &table, &plan, kind).await?
             }
         };
-        let committed = Instant::now();
-        let snapshot = after
-            .metadata()
-            .current_snapshot_id()
-            .context("no snapshot")?;
-        println!(
-            "  committed snapshot {snapshot} ({:.1}s to prepare and commit)",
-            (committed - prepare).as_secs_f64()
-        );
-        let elapsed = wait_checkpoint(&client, base, &id, snapshot).await?;
-        println!("  published in {:.2}s", elapsed.as_secs_f64());
-
-        // Files the snapshot touched.
-        let before_paths: std::collections::HashSet<&str> =
-            before.iter().map(|f| f.file_path()).collect();
-        let live = live_data_files(&after).await?;
-        let added: Vec<&DataFile> = live
-            .iter()
-            .filter(|f| !before_paths.contains(f.file_path()))
-            .collect();
-        let mut paths: Vec<PathBuf> = removed.iter().map(|f| local_path(f.file_path())).collect();
-        paths.extend(added.iter().map(|f| local_path(f.file_path())));
-        let (floor_rows, floor) = scan::bare_scan(&paths, 2)?;
-
-        // The events.
-        let (ops, next) = page_events(&client, base, &id, cursor.take()).await?;
-        cursor = Some(next);
-        let check = check_events(&ops, kind.op(), rows);
-        println!(
-            "  floor {:.2}s ({} rows of {} files); events: {check}",
-            floor.as_secs_f64(),
-            floor_rows,
-            paths.len()
-        );
         outcomes.push(Outcome {
             name: scenario.name,
             rows: scenario.rows,
-            removed: removed.len(),
-            added: added.len(),
-            elapsed,
-            floor,
-            floor_rows,
+            removed: measured.removed,
+            added: measured.added,
+            elapsed: measured.elapsed,
+            floor: measured.floor,
+            floor_rows: measured.floor_rows,
             reference: scenario.reference,
-            check,
+            check: measured.check,
         });
         table = after;
     }
     Ok(outcomes)
-}
-
-#[derive(Deserialize)]
-struct Event {
-    op: String,
-}
-
-#[derive(Deserialize)]
-struct Page {
-    events: Vec<Event>,
-    next: String,
-    more: bool,
-}
-
-/// Pages through the feed after `after` to its end; returns the count of each op and the
-/// last cursor.
-async fn page_events(
-    client: &reqwest::Client,
-    base: &str,
-    id: &str,
-    mut after: Option<String>,
-) -> anyhow::Result<(BTreeMap<String, u64>, String)> {
-    let mut ops = BTreeMap::new();
-    loop {
-        let mut request = client
-            .get(format!("{base}/v1/tables/{id}/changes"))
-            .query(&[("limit", PAGE_LIMIT)]);
-        if let Some(cursor) = &after {
-            request = request.query(&[("after", cursor)]);
-        }
-        let response = request.send().await?;
-        let status = response.status();
-        if !status.is_success() {
-            bail!("page request answered {status}: {}", response.text().await?);
-        }
-        let page: Page = serde_json::from_slice(&response.bytes().await?)?;
-        let count = page.events.len() as u64;
-        for e in page.events {
-            *ops.entry(e.op).or_insert(0) += 1;
-        }
-        after = Some(page.next);
-        if !page.more || count == 0 {
-            return Ok((ops, after.expect("set above")));
-        }
-    }
-}
-
-fn check_events(ops: &BTreeMap<String, u64>, op: &str, rows: u64) -> String {
-    let got: Vec<String> = ops.iter().map(|(k, v)| format!("{v} {k}")).collect();
-    let got = if got.is_empty() {
-        "no events".to_string()
-    } else {
-        got.join(", ")
-    };
-    let only = ops.len() == 1 && ops.get(op) == Some(&rows);
-    if only {
-        format!("ok ({got})")
-    } else {
-        format!("MISMATCH: expected {rows} {op}, got {got}")
-    }
-}
-
-/// `50000` → `50K`.
-fn short(n: u64) -> String {
-    match n {
-        n if n >= 1_000_000 && n % 1_000_000 == 0 => format!("{}M", n / 1_000_000),
-        n if n >= 1_000 && n % 1_000 == 0 => format!("{}K", n / 1_000),
-        n => n.to_string(),
-    }
 }

@@ -26,8 +26,10 @@ mod delivery;
 #[path = "load/generate.rs"]
 mod generate;
 #[path = "load/harness.rs"]
+#[allow(dead_code)]
 mod harness;
 #[path = "load/scan.rs"]
+#[allow(dead_code)]
 mod scan;
 #[path = "load/service.rs"]
 mod service;

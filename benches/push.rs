@@ -36,6 +36,7 @@ mod database;
 #[allow(dead_code)]
 mod generate;
 #[path = "load/harness.rs"]
+#[allow(dead_code)]
 mod harness;
 
 use std::time::{Duration, Instant};

@@ -84,17 +84,35 @@ pub fn plan_clustered(files: &[DataFile], changed: u64, at: usize) -> anyhow::Re
 
 /// `changed` rows evenly spaced over all live files (every `total / changed`-th row).
 pub fn plan_scattered(files: &[DataFile], changed: u64) -> anyhow::Result<Vec<Planned>> {
+    plan_scattered_at(files, changed, 0, 1)
+}
+
+/// Like [`plan_scattered`], with the rows shifted by `phase / phases` of the stride: plans
+/// of different phases over the same files choose disjoint rows (merge-on-read changes
+/// leave the files in place, so a later change must not pick the rows an earlier one
+/// deleted).
+pub fn plan_scattered_at(
+    files: &[DataFile],
+    changed: u64,
+    phase: u64,
+    phases: u64,
+) -> anyhow::Result<Vec<Planned>> {
     let total: u64 = files.iter().map(|f| f.record_count()).sum();
     anyhow::ensure!(total >= changed, "the table holds only {total} rows");
     let stride = total / changed;
+    anyhow::ensure!(
+        phase < phases && phases <= stride,
+        "{phases} disjoint plans of {changed} rows do not fit in {total} rows"
+    );
+    let offset = stride * phase / phases;
     let mut plan = Vec::new();
     let mut global = 0u64;
     let mut taken = 0u64;
     for f in files {
         let count = f.record_count();
         let mut rows = Vec::new();
-        // First multiple of stride at or after `global`.
-        let mut next = global.div_ceil(stride) * stride;
+        // First `offset + k * stride` at or after `global`.
+        let mut next = (global.max(offset) - offset).div_ceil(stride) * stride + offset;
         while next < global + count && taken < changed {
             rows.push((next - global) as usize);
             taken += 1;
@@ -226,18 +244,30 @@ pub async fn register_and_wait(
     let name = registration["table"].as_str().context("table name")?;
     let ident = iceberg::TableIdent::from_strs(name.split('.'))?;
     let table = iceberg::Catalog::load_table(&catalog, &ident).await?;
-    let id = register(client, base, registration).await?;
-    let head = table
-        .metadata()
-        .current_snapshot_id()
-        .context("no snapshot")?;
-    let waited = wait_checkpoint(client, base, &id, head).await?;
+    let (id, waited) = register_at_head(client, base, registration, &table).await?;
     Ok(Registered {
         catalog,
         table,
         id,
         waited,
     })
+}
+
+/// Registers `registration` (of `table`, loaded from its catalog) with the service at
+/// `base` and waits until its head snapshot is published; the id and the wait.
+pub async fn register_at_head(
+    client: &reqwest::Client,
+    base: &str,
+    registration: &Value,
+    table: &Table,
+) -> anyhow::Result<(String, Duration)> {
+    let id = register(client, base, registration).await?;
+    let head = table
+        .metadata()
+        .current_snapshot_id()
+        .context("no snapshot")?;
+    let waited = wait_checkpoint(client, base, &id, head).await?;
+    Ok((id, waited))
 }
 
 /// Polls the table until its checkpoint is `snapshot`; returns the time that took.
@@ -247,7 +277,18 @@ pub async fn wait_checkpoint(
     id: &str,
     snapshot: i64,
 ) -> anyhow::Result<Duration> {
-    let started = Instant::now();
+    wait_checkpoint_since(client, base, id, snapshot, Instant::now()).await
+}
+
+/// Polls the table until its checkpoint is `snapshot`; returns the time since `started`
+/// (when the commit returned).
+pub async fn wait_checkpoint_since(
+    client: &reqwest::Client,
+    base: &str,
+    id: &str,
+    snapshot: i64,
+    started: Instant,
+) -> anyhow::Result<Duration> {
     loop {
         let view: Value = client
             .get(format!("{base}/v1/tables/{id}"))

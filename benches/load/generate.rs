@@ -18,8 +18,8 @@ use serde_json::json;
 
 /// Catalog name, namespace and table of the benchmark table.
 pub const CATALOG_NAME: &str = "bench";
-const NAMESPACE: &str = "bench";
-const TABLE: &str = "taxi";
+pub const NAMESPACE: &str = "bench";
+pub const TABLE: &str = "taxi";
 /// Appends that write the table.
 pub const APPENDS: u64 = 9;
 /// Days the pickups span.
@@ -56,17 +56,7 @@ impl BenchTable {
 
     /// The body to POST to `/v1/tables`.
     pub fn registration(&self) -> serde_json::Value {
-        let (db, warehouse) = writer::catalog_paths(&self.dir).expect("absolute paths");
-        json!({
-            "catalog": {
-                "type": "sql",
-                "uri": format!("sqlite:{}", db.display()),
-                "warehouse": warehouse.display().to_string(),
-                "name": CATALOG_NAME,
-            },
-            "table": format!("{NAMESPACE}.{TABLE}"),
-            "start": "snapshot",
-        })
+        registration(&self.dir)
     }
 
     /// One line about the table's layout.
@@ -88,6 +78,22 @@ impl BenchTable {
             self.bytes() as f64 / 1e6,
         )
     }
+}
+
+/// The body to POST to `/v1/tables` for the benchmark table (or a copy of it) in the SQL
+/// catalog under `dir`.
+pub fn registration(dir: &Path) -> serde_json::Value {
+    let (db, warehouse) = writer::catalog_paths(dir).expect("absolute paths");
+    json!({
+        "catalog": {
+            "type": "sql",
+            "uri": format!("sqlite:{}", db.display()),
+            "warehouse": warehouse.display().to_string(),
+            "name": CATALOG_NAME,
+        },
+        "table": format!("{NAMESPACE}.{TABLE}"),
+        "start": "snapshot",
+    })
 }
 
 /// The default directory of the table of `rows` rows: `$HOME/.cache/icefeed/bench/taxi-<rows>`.

@@ -18,3 +18,12 @@ pub fn page_header(response: &reqwest::Response, name: &str, what: &str) -> anyh
         .map(str::to_string)
         .with_context(|| format!("{what} page without {name}"))
 }
+
+/// `50000` → `50K`, `1000000` → `1M`.
+pub fn short(n: u64) -> String {
+    match n {
+        n if n >= 1_000_000 && n % 1_000_000 == 0 => format!("{}M", n / 1_000_000),
+        n if n >= 1_000 && n % 1_000 == 0 => format!("{}K", n / 1_000),
+        n => n.to_string(),
+    }
+}

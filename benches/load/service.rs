@@ -98,7 +98,7 @@ async fn run_node(
     let base = format!("http://{}", node.addr);
     let client = reqwest::Client::new();
     let result = async {
-        let (id, initial_load) = initial_load(&client, &base, table).await?;
+        let (id, initial_load) = initial_load(&client, &base, &table.registration()).await?;
         println!(
             "initial load: {} rows in {:.2}s",
             table.rows,
@@ -129,16 +129,17 @@ async fn run_node(
     result
 }
 
-/// Registers the table and waits for its first checkpoint; returns the id and the time.
-async fn initial_load(
+/// Registers a table (`registration`, the body of `POST /v1/tables`) and waits for its
+/// first checkpoint; returns the id and the time.
+pub async fn initial_load(
     client: &reqwest::Client,
     base: &str,
-    table: &BenchTable,
+    registration: &Value,
 ) -> anyhow::Result<(String, Duration)> {
     let started = Instant::now();
     let response = client
         .post(format!("{base}/v1/tables"))
-        .json(&table.registration())
+        .json(registration)
         .send()
         .await?;
     let status = response.status();
@@ -179,8 +180,8 @@ struct JsonPage {
 }
 
 /// Pages through the feed from its start, up to `max` events, decoding each body as a
-/// client would.
-async fn pull(
+/// client would; checks that it holds `table_rows` events (all inserts: an export).
+pub async fn pull(
     client: &reqwest::Client,
     base: &str,
     id: &str,

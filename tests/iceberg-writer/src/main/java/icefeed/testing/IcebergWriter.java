@@ -63,6 +63,7 @@ import org.apache.iceberg.data.GenericRecord;
 import org.apache.iceberg.data.IcebergGenerics;
 import org.apache.iceberg.data.InternalRecordWrapper;
 import org.apache.iceberg.data.Record;
+import org.apache.iceberg.data.parquet.GenericParquetReaders;
 import org.apache.iceberg.deletes.BaseDVFileWriter;
 import org.apache.iceberg.deletes.EqualityDeleteWriter;
 import org.apache.iceberg.deletes.PositionDelete;
@@ -78,6 +79,7 @@ import org.apache.iceberg.io.CloseableIterable;
 import org.apache.iceberg.io.DataWriter;
 import org.apache.iceberg.io.DeleteWriteResult;
 import org.apache.iceberg.io.OutputFileFactory;
+import org.apache.iceberg.parquet.Parquet;
 import org.apache.iceberg.types.Type;
 import org.apache.iceberg.types.TypeUtil;
 import org.apache.iceberg.types.Types;
@@ -114,7 +116,14 @@ import org.apache.iceberg.types.Types;
  *       spec_id, global, row_columns: "key"|"all"}], {@code position_deletes} [{name,
  *       targets: [{file, positions}]}] (one position delete file per entry on v2; deletion
  *       vectors on v3, merged with the file's earlier ones, which the commit removes),
- *       {@code remove_data} and {@code remove_deletes} (names or paths).
+ *       {@code remove_data} and {@code remove_deletes} (names or paths). For many rows
+ *       (the benchmarks): a {@code data} entry may take, instead of {@code rows}, the rows
+ *       at {@code from} [{file, positions}] of live data files, read from their Parquet
+ *       files, with {@code add} {column: number} added to numeric columns (null counts as
+ *       0); it is written as one file per partition of its rows. An equality delete entry
+ *       may take, instead of {@code rows}, {@code keys_of}: the name of such a data entry
+ *       of the same step, whose rows' {@code columns} it deletes, as one equality delete
+ *       file per partition of those rows (as an upsert writer commits them).
  *   <li>{@code delete_file}: {@code files} removed with {@code newDelete()}.
  *   <li>{@code overwrite}: {@code remove} and {@code add} in one {@code newOverwrite()}.
  *   <li>{@code rewrite}: {@code remove} and {@code add} in one {@code newRewrite()} (a
@@ -142,6 +151,9 @@ public final class IcebergWriter {
     final Map<String, DataFile> dataFiles = new HashMap<>();
     final Map<String, List<DeleteFile>> deleteFiles = new HashMap<>();
     final Map<String, Long> snapshots = new HashMap<>();
+    /** The live data files by path, of snapshot {@code liveSnapshot}. */
+    Map<String, DataFile> livePaths;
+    long liveSnapshot;
   }
 
   private IcebergWriter(String warehouse) {
@@ -524,16 +536,30 @@ public final class IcebergWriter {
     }
     List<ContentFile<?>> added = new ArrayList<>();
     Map<String, DataFile> thisStep = new HashMap<>();
+    Map<String, List<Record>> copiedRows = new HashMap<>();
     for (JsonNode f : step.withArray("data")) {
-      DataFile file = writeData(table, tracked, f);
-      delta.addRows(file);
-      added.add(file);
-      thisStep.put(file.location(), file);
+      List<DataFile> files;
+      if (f.has("from")) {
+        List<Record> rows = copiedRows(table, tracked, f);
+        copiedRows.put(text(f, "name"), rows);
+        files = writeDataByPartition(table, tracked, text(f, "name"), rows);
+      } else {
+        files = List.of(writeData(table, tracked, f));
+      }
+      for (DataFile file : files) {
+        delta.addRows(file);
+        added.add(file);
+        thisStep.put(file.location(), file);
+      }
     }
     for (JsonNode d : step.withArray("equality_deletes")) {
-      DeleteFile file = writeEqualityDeletes(table, tracked, d);
-      delta.addDeletes(file);
-      added.add(file);
+      List<DeleteFile> files = d.has("keys_of")
+          ? writeEqualityDeletesOf(table, tracked, d, copiedRows)
+          : List.of(writeEqualityDeletes(table, tracked, d));
+      for (DeleteFile file : files) {
+        delta.addDeletes(file);
+        added.add(file);
+      }
     }
     for (JsonNode d : step.withArray("position_deletes")) {
       for (DeleteFile file : writePositionDeletes(table, tracked, d, thisStep, delta)) {
@@ -612,6 +638,150 @@ public final class IcebergWriter {
     DataFile file = writer.toDataFile();
     tracked.dataFiles.put(label, file);
     return file;
+  }
+
+  /** The rows at a data entry's "from" positions, with its "add" applied. */
+  private static List<Record> copiedRows(Table table, Tracked tracked, JsonNode f) throws IOException {
+    Schema schema = table.schema();
+    Map<String, JsonNode> add = new LinkedHashMap<>();
+    f.withObject("add").fields().forEachRemaining(e -> add.put(e.getKey(), e.getValue()));
+    for (String column : add.keySet()) {
+      field(schema, column);
+    }
+    List<Record> rows = new ArrayList<>();
+    for (JsonNode t : f.withArray("from")) {
+      DataFile file = dataFile(table, tracked, text(t, "file"));
+      long[] wanted = new long[t.withArray("positions").size()];
+      int i = 0;
+      for (JsonNode p : t.withArray("positions")) {
+        wanted[i++] = p.asLong();
+      }
+      java.util.Arrays.sort(wanted);
+      for (Record r : rowsAt(table, file, wanted)) {
+        for (Map.Entry<String, JsonNode> e : add.entrySet()) {
+          r.setField(e.getKey(), plus(field(schema, e.getKey()).type(), r.getField(e.getKey()), e.getValue()));
+        }
+        rows.add(r);
+      }
+    }
+    if (rows.isEmpty()) {
+      throw new IllegalArgumentException("data file " + text(f, "name") + " has no rows");
+    }
+    return rows;
+  }
+
+  /** The rows at the (sorted) positions of a data file, read with Iceberg's Parquet reader. */
+  private static List<Record> rowsAt(Table table, DataFile file, long[] positions) throws IOException {
+    Schema schema = table.schema();
+    List<Record> out = new ArrayList<>(positions.length);
+    int next = 0;
+    long pos = 0;
+    try (CloseableIterable<Record> rows = Parquet.read(table.io().newInputFile(file.location()))
+        .project(schema)
+        .createReaderFunc(fileSchema -> GenericParquetReaders.buildReader(schema, fileSchema))
+        .build()) {
+      for (Record r : rows) {
+        if (next == positions.length) {
+          break;
+        }
+        if (pos == positions[next]) {
+          out.add(r.copy());
+          while (next < positions.length && positions[next] == pos) {
+            next += 1;
+          }
+        }
+        pos += 1;
+      }
+    }
+    if (next < positions.length) {
+      throw new IllegalArgumentException(
+          "position " + positions[next] + " is beyond the " + pos + " rows of " + file.location());
+    }
+    return out;
+  }
+
+  private static Object plus(Type type, Object old, JsonNode amount) {
+    switch (type.typeId()) {
+      case DOUBLE: return (old == null ? 0.0 : (Double) old) + amount.asDouble();
+      case FLOAT: return (old == null ? 0.0f : (Float) old) + (float) amount.asDouble();
+      case LONG: return (old == null ? 0L : (Long) old) + amount.asLong();
+      case INTEGER: return (old == null ? 0 : (Integer) old) + amount.asInt();
+      default: throw new IllegalArgumentException("cannot add to a " + type + " column");
+    }
+  }
+
+  /** Rows grouped by their partition in the table's current spec (one group if unpartitioned). */
+  private static Map<StructLike, List<Record>> byPartition(Table table, PartitionSpec spec, List<Record> rows) {
+    Map<StructLike, List<Record>> groups = new LinkedHashMap<>();
+    for (Record r : rows) {
+      StructLike key = spec.isPartitioned() ? partitionOf(spec, table.schema(), r) : null;
+      groups.computeIfAbsent(key, k -> new ArrayList<>()).add(r);
+    }
+    return groups;
+  }
+
+  /** One data file per partition of the rows, in the table's current spec. */
+  private List<DataFile> writeDataByPartition(Table table, Tracked tracked, String label, List<Record> rows)
+      throws IOException {
+    PartitionSpec spec = table.spec();
+    GenericAppenderFactory factory = new GenericAppenderFactory(table, table.schema(), spec, null, null, null, null);
+    List<DataFile> files = new ArrayList<>();
+    for (Map.Entry<StructLike, List<Record>> group : byPartition(table, spec, rows).entrySet()) {
+      StructLike partition = group.getKey();
+      DataWriter<Record> writer =
+          factory.newDataWriter(output(table, spec, partition, label), FileFormat.PARQUET, partition);
+      try (DataWriter<Record> w = writer) {
+        group.getValue().forEach(w::write);
+      }
+      files.add(writer.toDataFile());
+    }
+    if (files.size() == 1) {
+      tracked.dataFiles.put(label, files.get(0));
+    }
+    return files;
+  }
+
+  /**
+   * Equality deletes of the "columns" of the rows of a data entry of this step ("keys_of"),
+   * one file per partition of those rows.
+   */
+  private List<DeleteFile> writeEqualityDeletesOf(
+      Table table, Tracked tracked, JsonNode d, Map<String, List<Record>> copiedRows) throws IOException {
+    Schema schema = table.schema();
+    String label = text(d, "name");
+    List<Record> rows = copiedRows.get(text(d, "keys_of"));
+    if (rows == null) {
+      throw new IllegalArgumentException("no data entry with \"from\" named " + d.get("keys_of") + " in this step");
+    }
+    Set<Integer> ids = new LinkedHashSet<>();
+    for (JsonNode c : d.withArray("columns")) {
+      ids.add(field(schema, c.asText()).fieldId());
+    }
+    if (ids.isEmpty()) {
+      throw new IllegalArgumentException("equality delete " + label + " has no columns");
+    }
+    Schema rowSchema = TypeUtil.select(schema, ids);
+    PartitionSpec spec = deleteSpec(table, d);
+    int[] idArray = ids.stream().mapToInt(Integer::intValue).toArray();
+    GenericAppenderFactory factory = new GenericAppenderFactory(table, schema, spec, null, idArray, rowSchema, null);
+    List<DeleteFile> files = new ArrayList<>();
+    for (Map.Entry<StructLike, List<Record>> group : byPartition(table, spec, rows).entrySet()) {
+      StructLike partition = group.getKey();
+      EqualityDeleteWriter<Record> writer =
+          factory.newEqDeleteWriter(output(table, spec, partition, label), FileFormat.PARQUET, partition);
+      try (EqualityDeleteWriter<Record> w = writer) {
+        for (Record r : group.getValue()) {
+          GenericRecord key = GenericRecord.create(rowSchema);
+          for (Types.NestedField c : rowSchema.columns()) {
+            key.setField(c.name(), r.getField(c.name()));
+          }
+          w.write(key);
+        }
+      }
+      files.add(writer.toDeleteFile());
+    }
+    tracked.deleteFiles.put(label, files);
+    return files;
   }
 
   private DeleteFile writeEqualityDeletes(Table table, Tracked tracked, JsonNode d) throws IOException {
@@ -795,6 +965,10 @@ public final class IcebergWriter {
     if (known != null) {
       return known;
     }
+    DataFile byPath = livePaths(table, tracked).get(ref);
+    if (byPath != null) {
+      return byPath;
+    }
     if (table.currentSnapshot() != null) {
       try (CloseableIterable<FileScanTask> tasks = table.newScan().planFiles()) {
         for (FileScanTask task : tasks) {
@@ -806,6 +980,25 @@ public final class IcebergWriter {
       }
     }
     throw new IllegalArgumentException("no live data file " + ref);
+  }
+
+  /** The live data files of the current snapshot by path, planned once per snapshot. */
+  private static Map<String, DataFile> livePaths(Table table, Tracked tracked) throws IOException {
+    Snapshot current = table.currentSnapshot();
+    if (current == null) {
+      return Map.of();
+    }
+    if (tracked.livePaths == null || tracked.liveSnapshot != current.snapshotId()) {
+      Map<String, DataFile> live = new HashMap<>();
+      try (CloseableIterable<FileScanTask> tasks = table.newScan().planFiles()) {
+        for (FileScanTask task : tasks) {
+          live.put(task.file().location(), task.file());
+        }
+      }
+      tracked.livePaths = live;
+      tracked.liveSnapshot = current.snapshotId();
+    }
+    return tracked.livePaths;
   }
 
   private static List<DeleteFile> deleteFiles(Table table, Tracked tracked, String ref) throws IOException {
