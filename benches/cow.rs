@@ -31,6 +31,7 @@ mod harness;
 #[allow(dead_code)]
 mod scan;
 #[path = "load/scenario.rs"]
+#[allow(dead_code)]
 mod scenario;
 
 use std::collections::HashMap;

@@ -440,6 +440,7 @@ async fn merge_on_read(
     name: String,
 ) -> anyhow::Result<Outcome> {
     let rows: u64 = plan.iter().map(|p| p.rows.len() as u64).sum();
+    let tasks_before = scenario::task_seconds(&feed.client, &feed.base).await?;
     let prepare = Instant::now();
     let (lines, committed) = table
         .commit(writer, vec![change.step(plan, version)])
@@ -449,8 +450,13 @@ async fn merge_on_read(
         .and_then(|l| l["snapshot_id"].as_i64())
         .context("the writer named no snapshot")?;
     let elapsed = feed.wait(snapshot, committed).await?;
+    let tasks = scenario::tasks_between(
+        &tasks_before,
+        &scenario::task_seconds(&feed.client, &feed.base).await?,
+    );
     println!(
-        "  committed snapshot {snapshot} ({:.1}s to prepare and commit); published in {:.2}s",
+        "  committed snapshot {snapshot} ({:.1}s to prepare and commit); published in {:.2}s \
+         ({tasks})",
         (committed - prepare).as_secs_f64(),
         elapsed.as_secs_f64()
     );

@@ -63,6 +63,66 @@ impl Feed {
     }
 }
 
+/// Seconds and count of the shuffle tasks the node ran so far, by kind (`map`,
+/// `reduce`), from `icefeed_task_duration_seconds` of its `/metrics`.
+pub async fn task_seconds(
+    client: &reqwest::Client,
+    base: &str,
+) -> anyhow::Result<BTreeMap<String, (f64, u64)>> {
+    let text = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?;
+    let mut tasks: BTreeMap<String, (f64, u64)> = BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("icefeed_task_duration_seconds_") else {
+            continue;
+        };
+        let (Some((what, rest)), Some(value)) = (rest.split_once('{'), line.rsplit(' ').next())
+        else {
+            continue;
+        };
+        let Some(kind) = rest
+            .split(',')
+            .find_map(|label| label.strip_prefix("kind=\""))
+            .and_then(|k| k.split('"').next())
+        else {
+            continue;
+        };
+        let entry = tasks.entry(kind.to_string()).or_default();
+        match what {
+            "sum" => entry.0 = value.parse()?,
+            "count" => entry.1 = value.parse()?,
+            _ => {}
+        }
+    }
+    Ok(tasks)
+}
+
+/// What ran between two [`task_seconds`]: e.g. "map 12 tasks 3.10 s, reduce 2 tasks 0.40 s"
+/// (task seconds, summed over the node's task workers).
+pub fn tasks_between(
+    before: &BTreeMap<String, (f64, u64)>,
+    after: &BTreeMap<String, (f64, u64)>,
+) -> String {
+    let ran: Vec<String> = after
+        .iter()
+        .filter_map(|(kind, (sum, count))| {
+            let (sum0, count0) = before.get(kind).copied().unwrap_or_default();
+            (*count > count0)
+                .then(|| format!("{kind} {} tasks {:.2} s", count - count0, sum - sum0))
+        })
+        .collect();
+    if ran.is_empty() {
+        "no shuffle tasks".to_string()
+    } else {
+        ran.join(", ")
+    }
+}
+
 #[derive(Deserialize)]
 struct Event {
     op: String,
