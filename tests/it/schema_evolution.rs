@@ -21,9 +21,8 @@
 //! `ICEFEED_TEST_PYTHON` with pyiceberg (scripts/test.sh sets it).
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
@@ -32,7 +31,7 @@ use serde_json::{Value, json};
 use crate::diffing::{
     Column, OracleSnapshot, check_schemas, compare_feed, expected_changes, labels, seeds_in,
 };
-use crate::support::{KillOnDrop, Node};
+use crate::support::{Node, run_with_deadline};
 
 /// Seeds run when `ICEFEED_PYICEBERG_EVOLUTION_SEEDS` is unset: partitioned and not,
 /// with (3, 6) and without an identifier rename.
@@ -229,8 +228,7 @@ fn run_writer(dir: &Path, seeds: &[u64]) -> Document {
         .map(u64::to_string)
         .collect::<Vec<_>>()
         .join(",");
-    let started = Instant::now();
-    let mut child = KillOnDrop(
+    let (status, log) = run_with_deadline(
         Command::new(crate::pyiceberg::python())
             .arg(script)
             .arg("--warehouse")
@@ -239,30 +237,9 @@ fn run_writer(dir: &Path, seeds: &[u64]) -> Document {
             .arg(&out)
             .arg("--seeds")
             .arg(&seed_list)
-            .current_dir(dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run python (set ICEFEED_TEST_PYTHON, see scripts/python-env.sh)"),
+            .current_dir(dir),
+        WRITER_TIMEOUT,
     );
-    let mut stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text);
-        text
-    });
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
-        }
-        if started.elapsed() > WRITER_TIMEOUT {
-            let _ = child.kill();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let log = reader.join().unwrap();
     match status {
         Some(status) if status.success() => {}
         Some(status) => panic!("the pyiceberg writer failed ({status}) on seeds {seeds:?}:\n{log}"),

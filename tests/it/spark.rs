@@ -35,7 +35,6 @@
 //! own. icefeed follows them through the REST catalog into a change store on S3.
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, Weak};
@@ -47,7 +46,7 @@ use serde_json::{Value, json};
 use crate::diffing::{
     Column, OracleSnapshot, check_schemas, compare_feed, expected_changes, labels, seeds_in,
 };
-use crate::support::{KillOnDrop, Node};
+use crate::support::{Node, run_with_deadline};
 
 /// Merge-on-read seeds run when `ICEFEED_SPARK_SEEDS` is unset: v2 and v3, partitioned
 /// and not.
@@ -330,33 +329,7 @@ fn run_writer(mor: &[u64], cow: &[u64], catalog: &Catalog) -> Result<Written, St
             )
         }
     };
-    let started = Instant::now();
-    let mut child = KillOnDrop(
-        command
-            .current_dir(dir.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run python (set ICEFEED_TEST_PYTHON, see scripts/python-env.sh)"),
-    );
-    let mut stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text);
-        text
-    });
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
-        }
-        if started.elapsed() > WRITER_TIMEOUT {
-            let _ = child.kill();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    let log = reader.join().unwrap();
+    let (status, log) = run_with_deadline(command.current_dir(dir.path()), WRITER_TIMEOUT);
     match status {
         Some(status) if status.success() => {}
         Some(status) => {

@@ -377,3 +377,41 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// Runs a writer script to its end, or kills it after `timeout`: its exit status (`None`
+/// when it was killed) and its stderr, where writers log. Stdout is discarded: writers
+/// leave their document in a file.
+pub fn run_with_deadline(
+    command: &mut std::process::Command,
+    timeout: Duration,
+) -> (Option<std::process::ExitStatus>, String) {
+    use std::io::Read;
+    use std::process::Stdio;
+    let started = Instant::now();
+    let mut child = KillOnDrop(
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run python (set ICEFEED_TEST_PYTHON, see scripts/python-env.sh)"),
+    );
+    let mut stderr = child.stderr.take().unwrap();
+    // Read while it runs: a full pipe would block the writer.
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if started.elapsed() > timeout {
+            let _ = child.kill();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    (status, reader.join().unwrap())
+}
