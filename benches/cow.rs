@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use crate::cdc::{
     Kind, Registered, copy_table, plan_clustered, plan_scattered, register_and_wait, scratch_dir,
 };
-use crate::database::{Database, node_settings};
+use crate::database::with_node;
 use crate::harness::short;
 use crate::scenario::Feed;
 use clap::Parser;
@@ -49,7 +49,6 @@ use icefeed::demo::rewrite::live_data_files;
 use icefeed::demo::taxi::TaxiGenerator;
 use icefeed::demo::writer::{self, AppendOptions};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 const DEFAULT_ADMIN_URL: &str = "postgres://icefeed:icefeed@127.0.0.1:5432/icefeed";
 
@@ -128,22 +127,14 @@ async fn run(args: &Args, admin_url: &str) -> anyhow::Result<()> {
     println!("{}", table.describe());
 
     // 2. The node.
-    let db = Database::create(admin_url).await?;
-    let changes = tempfile::Builder::new()
-        .prefix("icefeed-bench-changes")
-        .tempdir()?;
-    let settings = node_settings(&db.url, changes.path());
-    let stop = CancellationToken::new();
-    let node = icefeed::app::start(settings, stop.clone()).await?;
-    let base = format!("http://{}", node.addr);
     let mut registration = table.registration();
     registration["start"] = json!("latest");
     registration["poll_interval_ms"] = json!(100);
     registration["identifier_columns"] = json!(["trip_id"]);
-    let result = scenarios(args, &scratch, &base, &registration).await;
-    node.shutdown().await?;
-    db.drop().await?;
-    let outcomes = result?;
+    let outcomes = with_node(admin_url, async |node| {
+        scenarios(args, &scratch, &node.base, &registration).await
+    })
+    .await?;
 
     // 4. Results.
     println!();

@@ -78,13 +78,12 @@ use clap::Parser;
 use iceberg::spec::{DataContentType, DataFileFormat};
 use icefeed::demo::rewrite::live_data_files;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 use crate::cdc::{
     Kind, Planned, commit_plan, copy_table, local_path, plan_scattered, plan_scattered_at,
     register_and_wait, register_at_head, scratch_dir,
 };
-use crate::database::{Database, node_settings};
+use crate::database::with_node;
 use crate::hadoop::{HadoopTable, JavaWriter};
 use crate::harness::short;
 use crate::scan::{Decode, Decoded, FLOOR_RUNS, Rewrite, Vector, bare_decode_median, bare_rewrite};
@@ -214,18 +213,10 @@ async fn run(args: &Args, admin_url: &str) -> anyhow::Result<()> {
     println!("{}", table.describe());
     let writer = JavaWriter::new()?;
 
-    let db = Database::create(admin_url).await?;
-    let changes = tempfile::Builder::new()
-        .prefix("icefeed-bench-changes")
-        .tempdir()?;
-    let settings = node_settings(&db.url, changes.path());
-    let stop = CancellationToken::new();
-    let node = icefeed::app::start(settings, stop.clone()).await?;
-    let base = format!("http://{}", node.addr);
-    let result = scenarios(args, &source, &base, &writer).await;
-    node.shutdown().await?;
-    db.drop().await?;
-    let (outcomes, copy_on_write) = result?;
+    let (outcomes, copy_on_write) = with_node(admin_url, async |node| {
+        scenarios(args, &source, &node.base, &writer).await
+    })
+    .await?;
 
     println!();
     println!(

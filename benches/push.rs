@@ -51,13 +51,12 @@ use icefeed::demo::rewrite::live_data_files;
 use icefeed::store::{SourceTable, Store, TableId};
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 use crate::cdc::{
     Kind, Registered, commit_plan, copy_table, plan_scattered, register_and_wait, scratch_dir,
     wait_checkpoint,
 };
-use crate::database::{Database, node_settings};
+use crate::database::with_node;
 
 const DEFAULT_ADMIN_URL: &str = "postgres://icefeed:icefeed@127.0.0.1:5432/icefeed";
 const DEFAULT_OPENSEARCH_URL: &str = "http://127.0.0.1:9200";
@@ -178,25 +177,22 @@ async fn run(args: &Args, admin_url: &str, opensearch: &str) -> anyhow::Result<V
     println!("{}", table.describe());
 
     // 2. The node.
-    let db = Database::create(admin_url).await?;
-    let changes = tempfile::Builder::new()
-        .prefix("icefeed-bench-changes")
-        .tempdir()?;
-    let settings = node_settings(&db.url, changes.path());
-    let stop = CancellationToken::new();
-    let node = icefeed::app::start(settings, stop.clone()).await?;
-    let base = format!("http://{}", node.addr);
     let mut registration = table.registration();
     registration["poll_interval_ms"] = json!(100);
     registration["identifier_columns"] = json!(["trip_id"]);
-    let result = async {
-        let store = Store::connect(&db.url).await?;
-        scenarios(args, &scratch, &base, opensearch, &registration, &store).await
-    }
-    .await;
-    node.shutdown().await?;
-    db.drop().await?;
-    result
+    with_node(admin_url, async |node| {
+        let store = Store::connect(&node.database_url).await?;
+        scenarios(
+            args,
+            &scratch,
+            &node.base,
+            opensearch,
+            &registration,
+            &store,
+        )
+        .await
+    })
+    .await
 }
 
 async fn scenarios(

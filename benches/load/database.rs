@@ -59,3 +59,34 @@ pub fn node_settings(
         ..Settings::default()
     }
 }
+
+/// An in-process benchmark node (`node_settings`) on a fresh database.
+#[allow(dead_code)] // see `with_node`
+pub struct BenchNode {
+    /// `http://127.0.0.1:<port>`.
+    pub base: String,
+    pub database_url: String,
+}
+
+/// Runs `work` against a node on a fresh database with a scratch change store, then stops
+/// the node and drops the database, whatever `work` returned.
+#[allow(dead_code)] // the load and s3 benchmarks start theirs with other settings
+pub async fn with_node<T>(
+    admin_url: &str,
+    work: impl AsyncFnOnce(&BenchNode) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let db = Database::create(admin_url).await?;
+    let changes = tempfile::Builder::new()
+        .prefix("icefeed-bench-changes")
+        .tempdir()?;
+    let settings = node_settings(&db.url, changes.path());
+    let node = icefeed::app::start(settings, tokio_util::sync::CancellationToken::new()).await?;
+    let bench = BenchNode {
+        base: format!("http://{}", node.addr),
+        database_url: db.url.clone(),
+    };
+    let result = work(&bench).await;
+    node.shutdown().await?;
+    db.drop().await?;
+    result
+}
