@@ -64,29 +64,18 @@ fi
 home="$DIR/node-$PORT"
 logfile="$DIR/node-$PORT.log"
 pidfile="$DIR/node-$PORT.pid"
-if [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+# shellcheck source=lib/background-server.sh
+. scripts/lib/background-server.sh
+if server_running "$pidfile"; then
     log "node $(cat "$pidfile") is starting or unhealthy; waiting for it"
 else
     log "starting OpenSearch on $URL (log: $logfile)"
     rm -rf "$home"
-    # No descriptor of ours stays open in the node: callers read our stdout to its end.
     # shellcheck disable=SC2086 # the options are a word list
-    setsid "$JAVA" ${ICEFEED_OPENSEARCH_JAVA_OPTS:--Xms512m -Xmx1g} \
+    start_server "$pidfile" "$logfile" "$JAVA" ${ICEFEED_OPENSEARCH_JAVA_OPTS:--Xms512m -Xmx1g} \
         -Djava.locale.providers=SPI,COMPAT \
         -cp "$DIR/build/classes:$(cat "$DIR/classpath")" \
-        icefeed.testing.OpenSearchNode "$PORT" "$home" </dev/null >"$logfile" 2>&1 &
-    echo $! >"$pidfile"
+        icefeed.testing.OpenSearchNode "$PORT" "$home"
 fi
-pid=$(cat "$pidfile")
-
-start=$SECONDS
-until ready; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-        tail -n 30 "$logfile" >&2
-        die "the node exited (is port $PORT taken by something else?)"
-    fi
-    ((SECONDS - start < 180)) || die "no healthy cluster on $URL after 180 s (log: $logfile)"
-    sleep 0.5
-done
-log "OpenSearch ready on $URL after $((SECONDS - start)) s (pid $pid)"
+await_server OpenSearch "$pidfile" "$logfile" 180 || die "no healthy cluster on $URL"
 echo "$URL"

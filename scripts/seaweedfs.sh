@@ -68,10 +68,12 @@ case $MODE in
 esac
 
 # --- 2. start -------------------------------------------------------------------
+# shellcheck source=lib/background-server.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/background-server.sh"
 data="$DIR/data"
 logfile="$DIR/weed.log"
 pidfile="$DIR/weed.pid"
-if [[ -f $pidfile ]] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+if server_running "$pidfile"; then
     log "server $(cat "$pidfile") is starting; waiting for it"
 else
     log "starting SeaweedFS: S3 on $S3_URL, REST catalog on $REST_URL (log: $logfile)"
@@ -79,21 +81,9 @@ else
     mkdir -p "$data"
     # Bound to loopback: without -ip it advertises the machine's own address.
     AWS_ACCESS_KEY_ID=admin AWS_SECRET_ACCESS_KEY=adminsecret \
-        setsid "$WEED" mini -ip=127.0.0.1 -ip.bind=127.0.0.1 -dir="$data" \
-        -s3.port="$S3_PORT" -s3.port.iceberg="$REST_PORT" \
-        -bucket=warehouse -tableBucket=lake </dev/null >"$logfile" 2>&1 &
-    echo $! >"$pidfile"
+        start_server "$pidfile" "$logfile" "$WEED" mini -ip=127.0.0.1 -ip.bind=127.0.0.1 \
+        -dir="$data" -s3.port="$S3_PORT" -s3.port.iceberg="$REST_PORT" \
+        -bucket=warehouse -tableBucket=lake
 fi
-pid=$(cat "$pidfile")
-
-start=$SECONDS
-until ready; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-        tail -n 30 "$logfile" >&2
-        die "the server exited (are its ports taken by something else?)"
-    fi
-    ((SECONDS - start < 120)) || die "SeaweedFS not ready on $S3_URL after 120 s (log: $logfile)"
-    sleep 0.5
-done
-log "SeaweedFS ready after $((SECONDS - start)) s (pid $pid)"
+await_server SeaweedFS "$pidfile" "$logfile" 120 || die "SeaweedFS did not start on $S3_URL"
 echo "$S3_URL"

@@ -4,8 +4,10 @@
 # Makes sure the services the tests need are there (a local PostgreSQL via
 # scripts/postgres.sh, the pyiceberg virtualenv via scripts/python-env.sh, the
 # Iceberg REST fixture server via scripts/rest-fixture.sh, an OpenSearch node via
-# scripts/opensearch.sh, pyspark, the Iceberg Spark runtime jar and iceberg-aws-bundle via
-# scripts/spark.sh), then runs `cargo test --locked "$@"`.
+# scripts/opensearch.sh, a SeaweedFS S3 server and REST catalog via scripts/seaweedfs.sh,
+# a GCS API server via scripts/fake-gcs.sh, an Azure Blob emulator via scripts/azurite.sh,
+# pyspark, the Iceberg Spark runtime jar and iceberg-aws-bundle via scripts/spark.sh), then
+# runs `cargo test --locked "$@"`.
 #
 # Environment:
 #   ICEFEED_TEST_DATABASE_URL  set it to test against another server (skips postgres.sh)
@@ -26,6 +28,9 @@
 #   ICEFEED_TEST_S3_URL        set it (and ICEFEED_TEST_S3_REST_URL, ICEFEED_TEST_WEED: the
 #                              `weed` binary) to test against another SeaweedFS (skips
 #                              seaweedfs.sh)
+#   ICEFEED_TEST_GCS_URL       set it to test against another GCS API server (skips fake-gcs.sh)
+#   ICEFEED_TEST_AZURE_URL     set it to test against another Azure Blob emulator's account
+#                              URL (skips azurite.sh)
 #   CARGO_TARGET_DIR           default $HOME/.cache/icefeed/target, shared by all clones
 #
 # Examples: scripts/test.sh
@@ -65,9 +70,16 @@ if [[ -z ${ICEFEED_TEST_S3_URL:-} ]]; then
     ICEFEED_TEST_S3_REST_URL=http://127.0.0.1:${ICEFEED_S3_REST_PORT:-8181}
     ICEFEED_TEST_WEED=$(scripts/seaweedfs.sh --binary)
 fi
+if [[ -z ${ICEFEED_TEST_GCS_URL:-} ]]; then
+    ICEFEED_TEST_GCS_URL=$(scripts/fake-gcs.sh)
+fi
+if [[ -z ${ICEFEED_TEST_AZURE_URL:-} ]]; then
+    ICEFEED_TEST_AZURE_URL=$(scripts/azurite.sh)
+fi
 export ICEFEED_TEST_DATABASE_URL ICEFEED_TEST_PYTHON ICEFEED_TEST_REST_FIXTURE ICEFEED_TEST_OPENSEARCH_URL
 export ICEFEED_TEST_HIVE_METASTORE ICEFEED_TEST_ICEBERG_WRITER
-export ICEFEED_TEST_S3_URL ICEFEED_TEST_S3_REST_URL ICEFEED_TEST_WEED
+export ICEFEED_TEST_S3_URL ICEFEED_TEST_S3_REST_URL ICEFEED_TEST_WEED ICEFEED_TEST_GCS_URL
+export ICEFEED_TEST_AZURE_URL
 export ICEFEED_TEST_SPARK_JAR ICEFEED_TEST_SPARK_AWS_BUNDLE
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/icefeed/target}
 export RUST_BACKTRACE=${RUST_BACKTRACE:-1}
@@ -76,6 +88,8 @@ echo "test.sh: database $ICEFEED_TEST_DATABASE_URL" >&2
 echo "test.sh: python   $ICEFEED_TEST_PYTHON" >&2
 echo "test.sh: opensearch $ICEFEED_TEST_OPENSEARCH_URL" >&2
 echo "test.sh: s3       $ICEFEED_TEST_S3_URL (REST catalog $ICEFEED_TEST_S3_REST_URL)" >&2
+echo "test.sh: gcs      $ICEFEED_TEST_GCS_URL" >&2
+echo "test.sh: azure    $ICEFEED_TEST_AZURE_URL" >&2
 echo "test.sh: spark    $ICEFEED_TEST_SPARK_JAR" >&2
 echo "test.sh: spark s3 $ICEFEED_TEST_SPARK_AWS_BUNDLE" >&2
 echo "test.sh: target   $CARGO_TARGET_DIR" >&2

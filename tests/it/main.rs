@@ -1,12 +1,14 @@
 //! Integration tests: a real PostgreSQL, real Iceberg tables, real HTTP.
 
 mod catalogs;
+mod change_stores;
 mod diffing;
 mod equality_deletes;
 mod errors;
 mod fault_proxy;
 mod feed;
 mod fixtures;
+mod gcs;
 mod hangs;
 mod hostile;
 mod nodes;

@@ -8,8 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::Duration;
 
-use futures::TryStreamExt;
-use object_store::{ObjectStore, ObjectStoreExt};
+use object_store::ObjectStoreExt;
 use serde_json::{Value, json};
 
 use crate::fault_proxy::{Fault, FaultProxy};
@@ -598,59 +597,5 @@ async fn rotated_keys_stop_the_table_until_new_ones_are_patched_in() {
     let (events, _) = node.all_events(&id, None, 100).await;
     assert_eq!(rows(&events), (1..=3).map(insert).collect::<Vec<_>>());
     s3::weed_shell(&format!("s3.configure -user={user} -delete -apply"));
-    node.shutdown().await;
-}
-
-#[tokio::test]
-async fn a_data_file_larger_than_one_put_is_copied_in_parts() {
-    use arrow::array::{RecordBatch, StringArray};
-    use rand::distr::{Alphanumeric, SampleString};
-    use rand::{SeedableRng, rngs::StdRng};
-
-    // Random 1000-character names, so that zstd keeps the one data file above the 16 MiB
-    // a single PUT carries: the change store copies it in 8 MiB parts.
-    let rows = 30_000;
-    let mut rng = StdRng::seed_from_u64(13);
-    let names: Vec<String> = (0..rows)
-        .map(|_| Alphanumeric.sample_string(&mut rng, 1000))
-        .collect();
-    let base = crate::fixtures::orders(1..=rows as i64);
-    let mut columns = base.columns().to_vec();
-    columns[1] = std::sync::Arc::new(StringArray::from(names.clone()));
-    let batch = RecordBatch::try_new(base.schema(), columns).unwrap();
-    let wh = crate::support::Warehouse::new().await;
-    let created = wh
-        .create("shop.orders", crate::fixtures::orders_schema(), None)
-        .await;
-    let table = wh.append(&created, &[batch]).await;
-    let files = icefeed::demo::rewrite::live_data_files(&table)
-        .await
-        .unwrap();
-    assert_eq!(files.len(), 1);
-    let size = files[0].file_size_in_bytes();
-    assert!(size > 16 << 20, "the data file has {size} bytes");
-
-    let (node, prefix) = node_on_s3().await;
-    let id = node
-        .register(&wh.registration("shop.orders", json!({})))
-        .await;
-    node.wait_for_checkpoint(&id, crate::support::head(&table))
-        .await;
-    let segments = s3::bucket(s3::BUCKET)
-        .list(Some(&format!("{prefix}/tables/{id}").into()))
-        .map_ok(|meta| meta.size)
-        .try_collect::<Vec<u64>>()
-        .await
-        .unwrap();
-    assert_eq!(
-        segments,
-        [size],
-        "the segment is the data file, byte for byte in size"
-    );
-    let (events, _) = node.all_events(&id, None, 10_000).await;
-    assert_eq!(events.len(), rows);
-    for (event, name) in events.iter().zip(&names) {
-        assert_eq!(event["after"]["name"], name.as_str());
-    }
     node.shutdown().await;
 }

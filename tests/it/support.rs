@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use sqlx::Connection;
 use tokio_util::sync::CancellationToken;
 
-use crate::s3;
+use crate::{gcs, s3};
 
 /// The server tests create their databases on (the README's test command sets it).
 pub fn admin_url() -> String {
@@ -256,7 +256,7 @@ pub struct Warehouse {
     pub dir: tempfile::TempDir,
     pub catalog: Arc<dyn Catalog>,
     pub name: String,
-    /// Where table files go: a local directory or an `s3://` URL.
+    /// Where table files go: a local directory or an `s3://` or `gs://` URL.
     pub location: String,
     /// FileIO properties that reach `location`.
     pub file_io: BTreeMap<String, String>,
@@ -282,9 +282,19 @@ impl Warehouse {
 
     /// A warehouse below a fresh prefix of the test S3 server's bucket.
     pub async fn on_s3() -> Self {
-        let dir = tempfile::tempdir().unwrap();
         let location = format!("s3://{}/{}", s3::BUCKET, s3::unique("warehouse"));
-        let file_io = s3::file_io();
+        Self::at(location, s3::file_io()).await
+    }
+
+    /// A warehouse below a fresh prefix of the test GCS server's bucket.
+    pub async fn on_gcs() -> Self {
+        let location = format!("gs://{}/{}", gcs::BUCKET, s3::unique("warehouse"));
+        Self::at(location, gcs::file_io()).await
+    }
+
+    /// A warehouse at an object-store `location` reached with `file_io`.
+    async fn at(location: String, file_io: BTreeMap<String, String>) -> Self {
+        let dir = tempfile::tempdir().unwrap();
         let props = file_io.clone().into_iter().collect();
         let catalog = writer::open_sql_catalog_at(dir.path(), "test", &location, &props)
             .await
