@@ -6,7 +6,12 @@
 #   docker run --rm -p 8080:8080 \
 #     -e ICEFEED_DATABASE_URL=postgres://icefeed:icefeed@db-host:5432/icefeed \
 #     -e ICEFEED_CHANGE_STORE=s3://bucket/icefeed \
+#     -e ICEFEED_AUTH__ADMIN_TOKEN="$(openssl rand -hex 32)" \
 #     icefeed                      # = icefeed serve; also: icefeed migrate, icefeed openapi
+#
+# The image listens on all interfaces, so it needs an admin token (or, behind
+# something else that authenticates clients, ICEFEED_AUTH__ALLOW_UNAUTHENTICATED=true):
+# without either, `serve` refuses to start and says so.
 #
 # Builds need BuildKit (the default builder since Docker 23): the cargo registry
 # and the target directory are cache mounts, so a rebuild after a source change

@@ -41,6 +41,7 @@ impl RunningNode {
 
 /// Connects, migrates and starts the API and the scheduler; returns once listening.
 pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Result<RunningNode> {
+    settings.check_exposure()?;
     let settings = Arc::new(settings);
     let store = Store::connect(&settings.database_url)
         .await
@@ -58,6 +59,7 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
         settings: settings.clone(),
         metrics: crate::telemetry::metrics(),
         scheduler_wake: wake.clone(),
+        auth: crate::api::auth::Authenticator::new(store.clone(), &settings.auth),
     };
     let listener = TcpListener::bind(settings.listen)
         .await

@@ -34,6 +34,66 @@ pub struct Settings {
     pub push: PushSettings,
     /// Deadlines of catalog calls.
     pub catalog: CatalogSettings,
+    /// Who may use the API.
+    pub auth: AuthSettings,
+}
+
+/// Authentication of API requests with bearer tokens.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthSettings {
+    /// A token with the `admin` scope, from the configuration (at least 32 characters,
+    /// e.g. `openssl rand -hex 32`). When set, every API request but `/healthz`,
+    /// `/readyz`, `/metrics` and `/openapi.json` needs a bearer token: this one, or one
+    /// created with `POST /v1/tokens`. When unset, the API is open to whoever reaches it,
+    /// so the node listens only on a loopback address unless `allow_unauthenticated`.
+    pub admin_token: Option<Secret>,
+    /// Serve without authentication on an address other than loopback.
+    pub allow_unauthenticated: bool,
+    /// How long a node keeps a verified token before asking the database again: a
+    /// revoked token stops working on other nodes within this time (at once on the node
+    /// that revoked it).
+    #[serde(with = "humantime_serde")]
+    pub cache_ttl: Duration,
+}
+
+impl Default for AuthSettings {
+    fn default() -> Self {
+        Self {
+            admin_token: None,
+            allow_unauthenticated: false,
+            cache_ttl: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A secret setting: kept out of `Debug` output and serialized masked.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// A secret of this value.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The secret itself.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("********")
+    }
+}
+
+impl Serialize for Secret {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str("********")
+    }
 }
 
 /// How long icefeed waits for catalogs.
@@ -183,6 +243,7 @@ impl Default for Settings {
             retention: RetentionSettings::default(),
             push: PushSettings::default(),
             catalog: CatalogSettings::default(),
+            auth: AuthSettings::default(),
         }
     }
 }
@@ -260,6 +321,9 @@ pub enum ConfigError {
     Invalid(String),
 }
 
+/// The shortest `auth.admin_token` accepted.
+const MIN_ADMIN_TOKEN_CHARS: usize = 32;
+
 /// Top-level settings; other `ICEFEED_*` variables (used by scripts and tests) are ignored.
 const SETTINGS: &[&str] = &[
     "database_url",
@@ -272,6 +336,7 @@ const SETTINGS: &[&str] = &[
     "retention",
     "push",
     "catalog",
+    "auth",
 ];
 
 fn is_setting(key: &str) -> bool {
@@ -341,6 +406,35 @@ impl Settings {
                 "api.stream_heartbeat must be positive".into(),
             ));
         }
+        if let Some(token) = &self.auth.admin_token
+            && token.expose().chars().count() < MIN_ADMIN_TOKEN_CHARS
+        {
+            return Err(ConfigError::Invalid(format!(
+                "auth.admin_token must be at least {MIN_ADMIN_TOKEN_CHARS} characters \
+                 (for example the output of `openssl rand -hex 32`)"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Refuses to serve an unauthenticated API beyond this machine unless told to: with
+    /// no `auth.admin_token`, `listen` must be a loopback address or
+    /// `auth.allow_unauthenticated` true.
+    pub fn check_exposure(&self) -> Result<(), ConfigError> {
+        if self.auth.admin_token.is_none()
+            && !self.listen.ip().is_loopback()
+            && !self.auth.allow_unauthenticated
+        {
+            return Err(ConfigError::Invalid(format!(
+                "refusing to listen on {} without authentication: anyone who reaches the \
+                 port could register catalogs, delete tables and read every feed. Set \
+                 auth.admin_token (ICEFEED_AUTH__ADMIN_TOKEN, at least \
+                 {MIN_ADMIN_TOKEN_CHARS} characters), listen on a loopback address, or set \
+                 auth.allow_unauthenticated = true (ICEFEED_AUTH__ALLOW_UNAUTHENTICATED) if \
+                 something in front of icefeed authenticates its clients",
+                self.listen
+            )));
+        }
         Ok(())
     }
 
@@ -374,6 +468,39 @@ mod tests {
         assert_eq!(options["aws_allow_http"], "true");
         assert_eq!(options["retries"], "3");
         assert_eq!(options["aws_region"], "x");
+    }
+
+    #[test]
+    fn an_open_api_listens_only_on_loopback_unless_allowed() {
+        let mut settings = Settings::default();
+        assert!(settings.check_exposure().is_ok(), "the default is loopback");
+        settings.listen = ([0, 0, 0, 0], 8080).into();
+        let refused = settings.check_exposure().unwrap_err().to_string();
+        assert!(
+            refused.contains("0.0.0.0:8080") && refused.contains("auth.admin_token"),
+            "{refused}"
+        );
+        settings.auth.allow_unauthenticated = true;
+        assert!(settings.check_exposure().is_ok());
+        settings.auth.allow_unauthenticated = false;
+        settings.auth.admin_token = Some(Secret::new("x".repeat(32)));
+        assert!(settings.check_exposure().is_ok());
+        assert!(settings.validate().is_ok());
+    }
+
+    #[test]
+    fn the_admin_token_is_long_and_never_shown() {
+        let mut settings = Settings::default();
+        settings.auth.admin_token = Some(Secret::new("short-token"));
+        let refused = settings.validate().unwrap_err().to_string();
+        assert!(refused.contains("at least 32 characters"), "{refused}");
+        assert!(!refused.contains("short-token"));
+        assert!(!format!("{settings:?}").contains("short-token"));
+        assert!(
+            !serde_json::to_string(&settings)
+                .unwrap()
+                .contains("short-token")
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The HTTP API: routes and the OpenAPI document come from the same handler list.
 
+pub mod auth;
 pub mod changes;
 pub mod error;
 pub mod extract;
@@ -10,6 +11,7 @@ pub mod stream;
 mod strict;
 pub mod subscriptions;
 pub mod tables;
+pub mod tokens;
 
 use std::sync::Arc;
 
@@ -50,6 +52,8 @@ pub struct AppState {
     pub metrics: PrometheusHandle,
     /// Wakes this node's scheduler (a table was registered or resumed).
     pub scheduler_wake: Arc<Notify>,
+    /// Verifies bearer tokens.
+    pub auth: auth::Authenticator,
 }
 
 impl AppState {
@@ -73,6 +77,7 @@ impl AppState {
         (name = "tables", description = "Registering and managing source tables"),
         (name = "changes", description = "Reading change events"),
         (name = "subscriptions", description = "Named consumers with committed positions"),
+        (name = "tokens", description = "API tokens and their scopes (when the node has `auth.admin_token`)"),
         (name = "operations", description = "Health, readiness and metrics"),
     ),
     // Query parameter types: utoipa refers to them but collects only body schemas.
@@ -107,6 +112,8 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(subscriptions::push::rewind_subscription))
         .routes(routes!(subscriptions::push::list_dead_letters))
         .routes(routes!(subscriptions::push::redrive_dead_letters))
+        .routes(routes!(tokens::create_token, tokens::list_tokens))
+        .routes(routes!(tokens::revoke_token))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(health::metrics))
@@ -116,7 +123,69 @@ fn routes() -> OpenApiRouter<AppState> {
 pub fn openapi() -> utoipa::openapi::OpenApi {
     let (_, mut api) = routes().split_for_parts();
     api.info.version = env!("CARGO_PKG_VERSION").to_string();
+    declare_security(&mut api);
     api
+}
+
+/// The bearer scheme, required by every operation but health, readiness and metrics,
+/// each of which then also answers 401 and 403.
+fn declare_security(api: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::security::{
+        HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme,
+    };
+    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+
+    const SCHEME: &str = "bearer";
+    api.components
+        .get_or_insert_with(Default::default)
+        .add_security_scheme(
+            SCHEME,
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "Needed when the node has `auth.admin_token`: that token, or one \
+                         made with `POST /v1/tokens`, with a scope that allows the operation",
+                    ))
+                    .build(),
+            ),
+        );
+    let problem = |description: &str| {
+        ResponseBuilder::new()
+            .description(description)
+            .content(
+                "application/problem+json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("Problem")))
+                    .build(),
+            )
+            .build()
+    };
+    for (path, item) in api.paths.paths.iter_mut() {
+        if matches!(path.as_str(), "/healthz" | "/readyz" | "/metrics") {
+            continue;
+        }
+        for operation in [
+            &mut item.get,
+            &mut item.post,
+            &mut item.put,
+            &mut item.patch,
+            &mut item.delete,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            operation.security = Some(vec![SecurityRequirement::new::<_, _, &str>(SCHEME, [])]);
+            operation.responses.responses.insert(
+                "401".into(),
+                problem("No token, or one that is unknown, revoked or expired (`unauthenticated`, `invalid_token`)").into(),
+            );
+            operation.responses.responses.insert(
+                "403".into(),
+                problem("The token's scopes do not allow this operation (`forbidden`)").into(),
+            );
+        }
+    }
 }
 
 /// The OpenAPI document as committed under `openapi/`: pretty JSON with a final newline.
@@ -135,6 +204,11 @@ pub fn router(state: AppState) -> Router {
     let request_id = HeaderName::from_static("x-request-id");
     let max_body = state.settings.api.max_body_bytes;
     router
+        // On the API's routes only: `/openapi.json` and the fallbacks need no token.
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::authorize,
+        ))
         .route(
             "/openapi.json",
             get(move || {

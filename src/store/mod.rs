@@ -7,6 +7,7 @@ mod retention;
 mod subscriptions;
 mod tables;
 mod tasks;
+mod tokens;
 
 use std::time::Duration;
 
@@ -23,6 +24,7 @@ pub use subscriptions::{
 };
 pub use tables::{NewSourceTable, PollOutcome, SourceTable, TableId, TableState, display_name};
 pub use tasks::{ClaimedTask, TaskStatus};
+pub use tokens::ApiToken;
 
 /// The migrations in `migrations/`, embedded in the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");

@@ -1,5 +1,6 @@
 //! Integration tests: a real PostgreSQL, real Iceberg tables, real HTTP.
 
+mod auth;
 mod catalogs;
 mod change_stores;
 mod diffing;

@@ -100,6 +100,23 @@ impl Node {
         }
     }
 
+    /// A client of the same node that sends `token` with every request.
+    pub fn with_token(&self, token: &str) -> Self {
+        let mut headers = reqwest::header::HeaderMap::new();
+        headers.insert(
+            reqwest::header::AUTHORIZATION,
+            format!("Bearer {token}").parse().unwrap(),
+        );
+        Self {
+            base: self.base.clone(),
+            http: reqwest::Client::builder()
+                .default_headers(headers)
+                .build()
+                .unwrap(),
+            running: None,
+        }
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }

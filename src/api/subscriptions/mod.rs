@@ -7,7 +7,7 @@ pub mod stream;
 
 use std::collections::BTreeSet;
 
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -15,6 +15,7 @@ use utoipa::IntoParams;
 use uuid::Uuid;
 
 use super::AppState;
+use super::auth::Access;
 use super::error::{ApiError, Problem};
 use super::extract::{Json, Path, Query};
 use super::pages::{
@@ -341,15 +342,17 @@ pub async fn create_subscription(
 #[utoipa::path(
     get, path = "/v1/subscriptions", tag = TAG, operation_id = "listSubscriptions",
     responses(
-        (status = 200, description = "Every subscription", body = SubscriptionList),
+        (status = 200, description = "The subscriptions the token may consume", body = SubscriptionList),
         (status = 500, description = "The database failed; the answer carries an error id", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn list_subscriptions(
     State(state): State<AppState>,
+    Extension(access): Extension<Access>,
 ) -> Result<axum::Json<SubscriptionList>, ApiError> {
     let mut subscriptions = Vec::new();
-    for s in state.store.list_subscriptions().await? {
+    let all = state.store.list_subscriptions().await?;
+    for s in all.into_iter().filter(|s| access.consumes(s.id)) {
         let loaded = load(&state, &s.id.to_string()).await?;
         subscriptions.push(view(&state, &loaded).await?);
     }

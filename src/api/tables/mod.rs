@@ -3,12 +3,13 @@
 pub mod model;
 mod register;
 
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use uuid::Uuid;
 
 use super::AppState;
+use super::auth::Access;
 use super::error::{ApiError, Problem};
 use super::extract::{Json, Path};
 use crate::store::{StoreError, TableId};
@@ -96,14 +97,21 @@ fn table_display(t: &crate::store::NewSourceTable) -> String {
 #[utoipa::path(
     get, path = "/v1/tables", tag = TAG, operation_id = "listTables",
     responses(
-        (status = 200, description = "All registered tables", body = TableList),
+        (status = 200, description = "The registered tables the token may read", body = TableList),
         (status = 500, description = "The database failed; the answer carries an error id", body = Problem, content_type = "application/problem+json"),
     )
 )]
-pub async fn list_tables(State(state): State<AppState>) -> Result<axum::Json<TableList>, ApiError> {
+pub async fn list_tables(
+    State(state): State<AppState>,
+    Extension(access): Extension<Access>,
+) -> Result<axum::Json<TableList>, ApiError> {
     let tables = state.store.list_tables().await?;
     Ok(axum::Json(TableList {
-        tables: tables.iter().map(TableView::from).collect(),
+        tables: tables
+            .iter()
+            .filter(|t| access.reads_table(t.id))
+            .map(TableView::from)
+            .collect(),
     }))
 }
 

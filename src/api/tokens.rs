@@ -1,0 +1,251 @@
+//! API tokens: created (the secret shown once), listed and revoked by admins.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use super::AppState;
+use super::auth::{Scope, new_token, token_hash};
+use super::error::{ApiError, Problem};
+use super::extract::{Json, Path};
+use crate::store::{ApiToken, StoreError};
+
+const TAG: &str = "tokens";
+
+/// The longest token name.
+const MAX_NAME_CHARS: usize = 200;
+/// The most scopes one token may have.
+const MAX_SCOPES: usize = 64;
+
+/// Body of `POST /v1/tokens`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateToken {
+    /// What the token is for (shown in lists), 1 to 200 characters.
+    #[schema(example = "orders-dashboard")]
+    pub name: String,
+    /// `admin`, `read`, `table:<table id>` or `subscription:<subscription id or name>`.
+    #[schema(example = json!(["read"]))]
+    pub scopes: Vec<String>,
+    /// When the token stops working (RFC 3339); default: never.
+    #[serde(default)]
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// A token, without its secret.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TokenView {
+    pub id: Uuid,
+    pub name: String,
+    pub scopes: Vec<String>,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+impl From<ApiToken> for TokenView {
+    fn from(t: ApiToken) -> Self {
+        Self {
+            id: t.id,
+            name: t.name,
+            scopes: t.scopes,
+            created_at: t.created_at,
+            expires_at: t.expires_at,
+        }
+    }
+}
+
+/// A new token with its secret: the only time icefeed shows it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CreatedToken {
+    #[serde(flatten)]
+    pub token: TokenView,
+    /// The bearer token (`Authorization: Bearer <secret>`). Store it now: only its hash
+    /// is kept.
+    pub secret: String,
+}
+
+/// Every token.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TokenList {
+    pub tokens: Vec<TokenView>,
+}
+
+fn auth_off() -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "auth_disabled",
+        "authentication is off on this node, so tokens would not be checked: set \
+         auth.admin_token (ICEFEED_AUTH__ADMIN_TOKEN) and call with it",
+    )
+}
+
+fn invalid(code: &'static str, field: &str, detail: String) -> ApiError {
+    ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, code, detail).with("field", field)
+}
+
+/// Checks and normalizes the scopes: subscriptions named by name are stored by id, and
+/// the tables and subscriptions must exist.
+async fn resolve_scopes(state: &AppState, scopes: &[String]) -> Result<Vec<String>, ApiError> {
+    if scopes.is_empty() || scopes.len() > MAX_SCOPES {
+        return Err(invalid(
+            "invalid_scope",
+            "scopes",
+            format!(
+                "a token needs 1 to {MAX_SCOPES} scopes; got {}",
+                scopes.len()
+            ),
+        ));
+    }
+    let mut resolved = Vec::with_capacity(scopes.len());
+    for text in scopes {
+        let scope = match text.split_once(':') {
+            Some(("subscription", id_or_name)) if !id_or_name.is_empty() => {
+                match state.store.find_subscription(id_or_name).await {
+                    Ok(s) => Scope::Subscription(s.id),
+                    Err(StoreError::NotFound) => {
+                        return Err(invalid(
+                            "subscription_not_found",
+                            "scopes",
+                            format!("scope {text:?}: no subscription {id_or_name:?}"),
+                        ));
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            _ => Scope::parse(text).ok_or_else(|| {
+                invalid(
+                    "invalid_scope",
+                    "scopes",
+                    format!(
+                        "unknown scope {text:?}: use admin, read, table:<table id> or \
+                         subscription:<subscription id or name>"
+                    ),
+                )
+            })?,
+        };
+        if let Scope::Table(id) = scope {
+            match state.store.get_table(id).await {
+                Ok(_) => {}
+                Err(StoreError::NotFound) => {
+                    return Err(invalid(
+                        "table_not_found",
+                        "scopes",
+                        format!("scope {text:?}: no table {id}"),
+                    ));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let scope = scope.to_string();
+        if !resolved.contains(&scope) {
+            resolved.push(scope);
+        }
+    }
+    Ok(resolved)
+}
+
+/// Create a token; its secret is in this answer only.
+#[utoipa::path(
+    post, path = "/v1/tokens", tag = TAG, operation_id = "createToken",
+    request_body = CreateToken,
+    responses(
+        (status = 201, description = "The token and its secret", body = CreatedToken),
+        (status = 400, description = "Malformed body, or `expires_at` out of range", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Authentication is off on this node (`auth_disabled`)", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than `api.max_body_bytes` (`request_body_too_large`)", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not sent as `application/json` (`unsupported_media_type`)", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "A bad name (`invalid_name`), scope (`invalid_scope`, `table_not_found`, `subscription_not_found`) or expiry (`expiry_in_past`)", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn create_token(
+    State(state): State<AppState>,
+    Json(request): Json<CreateToken>,
+) -> Result<impl IntoResponse, ApiError> {
+    if !state.auth.enabled() {
+        return Err(auth_off());
+    }
+    let name = request.name.trim();
+    if name.is_empty() || name.chars().count() > MAX_NAME_CHARS {
+        return Err(invalid(
+            "invalid_name",
+            "name",
+            format!("name must have 1 to {MAX_NAME_CHARS} characters"),
+        ));
+    }
+    if let Some(at) = &request.expires_at {
+        super::limits::check_timestamp("expires_at", at)?;
+        if *at <= Utc::now() {
+            return Err(invalid(
+                "expiry_in_past",
+                "expires_at",
+                format!("expires_at {} is not in the future", at.to_rfc3339()),
+            ));
+        }
+    }
+    let scopes = resolve_scopes(&state, &request.scopes).await?;
+    let secret = new_token();
+    let token = state
+        .store
+        .create_token(name, &scopes, &token_hash(&secret), request.expires_at)
+        .await?;
+    tracing::info!(token = %token.id, name = %token.name, scopes = ?token.scopes, "token created");
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(CreatedToken {
+            token: token.into(),
+            secret,
+        }),
+    ))
+}
+
+/// List tokens (never their secrets).
+#[utoipa::path(
+    get, path = "/v1/tokens", tag = TAG, operation_id = "listTokens",
+    responses(
+        (status = 200, description = "Every token, expired ones included", body = TokenList),
+        (status = 409, description = "Authentication is off on this node (`auth_disabled`)", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn list_tokens(State(state): State<AppState>) -> Result<axum::Json<TokenList>, ApiError> {
+    if !state.auth.enabled() {
+        return Err(auth_off());
+    }
+    let tokens = state.store.list_tokens().await?;
+    Ok(axum::Json(TokenList {
+        tokens: tokens.into_iter().map(Into::into).collect(),
+    }))
+}
+
+/// Revoke a token: at once on this node, within `auth.cache_ttl` on the others.
+#[utoipa::path(
+    delete, path = "/v1/tokens/{id}", tag = TAG, operation_id = "revokeToken",
+    params(("id" = String, Path, description = "Token id")),
+    responses(
+        (status = 204, description = "Revoked"),
+        (status = 404, description = "No such token", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Authentication is off on this node (`auth_disabled`)", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn revoke_token(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    if !state.auth.enabled() {
+        return Err(auth_off());
+    }
+    let not_found = || ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no token {id}"));
+    let uuid = Uuid::parse_str(&id).map_err(|_| not_found())?;
+    match state.store.delete_token(uuid).await {
+        Ok(hash) => {
+            state.auth.forget(&hash);
+            tracing::info!(token = %uuid, "token revoked");
+            Ok(StatusCode::NO_CONTENT)
+        }
+        Err(StoreError::NotFound) => Err(not_found()),
+        Err(e) => Err(e.into()),
+    }
+}
