@@ -9,6 +9,8 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
+pub use crate::secret::Secret;
+
 /// Every setting of an `icefeed` node.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -47,6 +49,7 @@ pub struct AuthSettings {
     /// `/readyz`, `/metrics` and `/openapi.json` needs a bearer token: this one, or one
     /// created with `POST /v1/tokens`. When unset, the API is open to whoever reaches it,
     /// so the node listens only on a loopback address unless `allow_unauthenticated`.
+    #[serde(serialize_with = "masked")]
     pub admin_token: Option<Secret>,
     /// Serve without authentication on an address other than loopback.
     pub allow_unauthenticated: bool,
@@ -67,33 +70,12 @@ impl Default for AuthSettings {
     }
 }
 
-/// A secret setting: kept out of `Debug` output and serialized masked.
-#[derive(Clone, PartialEq, Eq, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    /// A secret of this value.
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    /// The secret itself.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("********")
-    }
-}
-
-impl Serialize for Secret {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str("********")
-    }
+/// Serializes a secret setting masked, so that printed settings never show it.
+fn masked<S: serde::Serializer>(secret: &Option<Secret>, serializer: S) -> Result<S::Ok, S::Error> {
+    secret
+        .as_ref()
+        .map(|_| crate::catalog::REDACTED)
+        .serialize(serializer)
 }
 
 /// How long icefeed waits for catalogs.

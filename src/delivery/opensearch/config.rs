@@ -1,8 +1,6 @@
 //! What a push target is: the settings a user registers (stored and shown as they were
 //! given, secrets masked), and their checked form that the push worker uses.
 
-use std::fmt;
-
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use url::Url;
@@ -76,28 +74,7 @@ pub enum Auth {
     },
 }
 
-/// A secret string: serialized as it is (to be stored), never printed by `Debug`.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a secret value.
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    /// The secret itself, to send it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(REDACTED)
-    }
-}
+pub use crate::secret::Secret;
 
 /// TLS options.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, ToSchema)]
