@@ -75,6 +75,8 @@ if curl -sS -o /dev/null --max-time 2 "$BASE/healthz" 2>/dev/null; then
     die "something already answers on $BASE (an earlier quickstart?). Stop it, or pick another address: ICEFEED_LISTEN=127.0.0.1:8081 scripts/quickstart.sh"
 fi
 
+# The node reads local tables only below the directories it is given.
+export ICEFEED_CATALOG__LOCAL_PATHS=${ICEFEED_CATALOG__LOCAL_PATHS:-$ROOT/$DEMO_DIR}
 step "Starting icefeed serve on $ICEFEED_LISTEN (log: $LOG)"
 : >"$LOG"
 "$BIN" serve >>"$LOG" 2>&1 &

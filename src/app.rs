@@ -49,6 +49,7 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
     store.migrate().await.context("applying migrations")?;
     let changes = ChangeStore::open(&settings.change_store, &settings.change_store_options)?;
     let node = settings.node_name();
+    let local_paths = crate::catalog::LocalPaths::only(&settings.catalog.local_paths);
     let wake = Arc::new(Notify::new());
     let notifier = ChangeNotifier::new(stop.clone());
     let state = AppState {
@@ -60,6 +61,7 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
         metrics: crate::telemetry::metrics(),
         scheduler_wake: wake.clone(),
         auth: crate::api::auth::Authenticator::new(store.clone(), &settings.auth),
+        local_paths: local_paths.clone(),
     };
     let listener = TcpListener::bind(settings.listen)
         .await
@@ -67,7 +69,7 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
     let addr = listener.local_addr()?;
     tracing::info!(%addr, node = %node, change_store = %changes.location(), "icefeed listening");
 
-    let catalogs = CatalogCache::new(settings.catalog.timeout);
+    let catalogs = CatalogCache::new(settings.catalog.timeout, local_paths);
     let runner = TaskRunner {
         context: TaskContext {
             store: store.clone(),

@@ -88,12 +88,20 @@ pub struct CatalogSettings {
     /// `504 catalog_timeout` and a poll is retried with backoff.
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
+    /// Directories of this node's disk whose files tables may be read from: the SQLite
+    /// files of SQL catalogs, filesystem warehouses and metadata files, and every local
+    /// file their metadata names. None by default, so that no client can make the node
+    /// read its disk; the quickstart allows its demo directory. In the environment a
+    /// list separated by `:` (`ICEFEED_CATALOG__LOCAL_PATHS=/data/lake:/srv/tables`).
+    #[serde(deserialize_with = "path_list")]
+    pub local_paths: Vec<std::path::PathBuf>,
 }
 
 impl Default for CatalogSettings {
     fn default() -> Self {
         Self {
             timeout: crate::catalog::DEFAULT_CATALOG_TIMEOUT,
+            local_paths: Vec::new(),
         }
     }
 }
@@ -292,6 +300,25 @@ where
         .collect())
 }
 
+/// A list of paths, or one string of them separated by `:` as `PATH` is.
+fn path_list<'de, D>(deserializer: D) -> Result<Vec<std::path::PathBuf>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Paths {
+        List(Vec<std::path::PathBuf>),
+        Joined(String),
+    }
+    Ok(match Paths::deserialize(deserializer)? {
+        Paths::List(paths) => paths,
+        Paths::Joined(joined) => std::env::split_paths(&joined)
+            .filter(|p| !p.as_os_str().is_empty())
+            .collect(),
+    })
+}
+
 /// Settings that cannot work, found at start rather than at first use.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -483,6 +510,21 @@ mod tests {
                 .unwrap()
                 .contains("short-token")
         );
+    }
+
+    #[test]
+    fn local_paths_are_a_list_or_one_string_separated_by_colons() {
+        let parse = |toml: &str| -> Vec<std::path::PathBuf> {
+            let settings: Settings = Figment::from(Serialized::defaults(Settings::default()))
+                .merge(Toml::string(toml))
+                .extract()
+                .unwrap();
+            settings.catalog.local_paths
+        };
+        assert!(Settings::default().catalog.local_paths.is_empty());
+        let both = vec![std::path::PathBuf::from("/a"), "/b c".into()];
+        assert_eq!(parse("[catalog]\nlocal_paths = [\"/a\", \"/b c\"]"), both);
+        assert_eq!(parse("[catalog]\nlocal_paths = \"/a:/b c\""), both);
     }
 
     #[test]

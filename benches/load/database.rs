@@ -45,9 +45,14 @@ pub fn node_settings(
     database_url: &str,
     change_store: &std::path::Path,
 ) -> icefeed::config::Settings {
-    use icefeed::config::{SchedulerSettings, Settings};
+    use icefeed::config::{CatalogSettings, SchedulerSettings, Settings};
     use std::time::Duration;
     Settings {
+        // Benchmark tables are wherever `--dir` puts them.
+        catalog: CatalogSettings {
+            local_paths: vec!["/".into()],
+            ..CatalogSettings::default()
+        },
         database_url: database_url.to_string(),
         listen: ([127, 0, 0, 1], 0).into(),
         change_store: change_store.display().to_string(),

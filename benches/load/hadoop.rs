@@ -144,7 +144,8 @@ impl HadoopTable {
     pub async fn load(&self) -> anyhow::Result<Table> {
         let config = icefeed::catalog::CatalogConfig::from_json(&self.registration()["catalog"])?;
         let ident = TableIdent::from_strs([NAMESPACE, TABLE])?;
-        Ok(config.load_table(&ident).await?)
+        let local = icefeed::catalog::LocalPaths::only(&[self.warehouse()]);
+        Ok(config.load_table(&ident, &local).await?)
     }
 
     /// Runs `steps` (without `table`: this one's is added to the first) with `writer`;

@@ -149,6 +149,8 @@ impl From<CatalogError> for ApiError {
                     | StorageFault::NotAFile
                     | StorageFault::TooLarge => StatusCode::UNPROCESSABLE_ENTITY,
                     StorageFault::Unreachable => StatusCode::BAD_GATEWAY,
+                    // The operator's setting, not the caller's: nothing to fix in the request.
+                    StorageFault::NotAllowed => StatusCode::FORBIDDEN,
                 };
                 Self::new(status, fault.code(), detail).with("location", location)
             }

@@ -54,6 +54,8 @@ pub struct AppState {
     pub scheduler_wake: Arc<Notify>,
     /// Verifies bearer tokens.
     pub auth: auth::Authenticator,
+    /// Where tables' local files may be (`catalog.local_paths`).
+    pub local_paths: crate::catalog::LocalPaths,
 }
 
 impl AppState {

@@ -13,7 +13,7 @@ use iceberg::io::{FileIO, FileIOBuilder};
 use iceberg::table::{StaticTable, Table};
 
 use super::storage::{is_local, read_regular};
-use super::{CatalogError, StorageFault, TableStorageFactory, display_ident};
+use super::{CatalogError, LocalPaths, StorageFault, TableStorageFactory, display_ident};
 
 /// The most a `version-hint.text` may hold (it holds a version number).
 const MAX_HINT_BYTES: u64 = 1024;
@@ -23,17 +23,24 @@ pub(super) async fn load(
     warehouse: Option<&str>,
     metadata_location: Option<&str>,
     properties: &BTreeMap<String, String>,
+    local: &LocalPaths,
 ) -> Result<Table, CatalogError> {
-    let file_io = FileIOBuilder::new(Arc::new(TableStorageFactory))
+    let file_io = FileIOBuilder::new(Arc::new(TableStorageFactory::new(local.clone())))
         .with_props(properties.iter())
         .build();
     let location = match (warehouse, metadata_location) {
         (_, Some(location)) => location.to_string(),
         (Some(warehouse), None) if is_local(warehouse) => {
-            let (ident, warehouse) = (ident.clone(), warehouse.to_string());
-            tokio::task::spawn_blocking(move || current_metadata(&ident, &local_dir(&warehouse)?))
-                .await
-                .map_err(|e| CatalogError::Unreachable(format!("probing the warehouse: {e}")))??
+            let (ident, warehouse, local) = (ident.clone(), warehouse.to_string(), local.clone());
+            tokio::task::spawn_blocking(move || {
+                let dir = local_dir(&warehouse)?;
+                local
+                    .check(&dir)
+                    .map_err(|e| CatalogError::reading(&warehouse, e))?;
+                current_metadata(&ident, &dir)
+            })
+            .await
+            .map_err(|e| CatalogError::Unreachable(format!("probing the warehouse: {e}")))??
         }
         (Some(warehouse), None) => current_remote_metadata(ident, warehouse, &file_io).await?,
         (None, None) => {

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 pub use redact::{REDACTED, redact};
-pub use storage::{StorageFault, TableStorageFactory, describe as storage_cause};
+pub use storage::{LocalPaths, StorageFault, TableStorageFactory, describe as storage_cause};
 
 /// The catalog types icefeed can read from.
 pub const CATALOG_TYPES: &[&str] = &["sql", "rest", "filesystem", "glue", "hive"];
@@ -252,9 +252,10 @@ impl CatalogConfig {
         &self,
         ident: &TableIdent,
         timeout: Duration,
+        local: &LocalPaths,
     ) -> Result<Table, CatalogError> {
         let loading = async {
-            let table = self.load_table(ident).await?;
+            let table = self.load_table(ident, local).await?;
             check_readable(&table).await?;
             Ok(table)
         };
@@ -268,7 +269,11 @@ impl CatalogConfig {
 
     /// Connects and loads the table's current metadata (without a deadline: see
     /// [`CatalogConfig::load_checked`] and [`CatalogCache`]).
-    pub async fn load_table(&self, ident: &TableIdent) -> Result<Table, CatalogError> {
+    pub async fn load_table(
+        &self,
+        ident: &TableIdent,
+        local: &LocalPaths,
+    ) -> Result<Table, CatalogError> {
         match self {
             CatalogConfig::Filesystem {
                 warehouse,
@@ -280,19 +285,24 @@ impl CatalogConfig {
                     warehouse.as_deref(),
                     metadata_location.as_deref(),
                     properties,
+                    local,
                 )
                 .await
             }
             _ => {
-                let catalog = self.connect().await?;
+                let catalog = self.connect(local).await?;
                 load_from(catalog.as_ref(), ident).await
             }
         }
     }
 
-    /// Connects to a catalog service (not used for filesystem tables).
-    pub async fn connect(&self) -> Result<Arc<dyn Catalog>, CatalogError> {
-        let storage = Arc::new(TableStorageFactory);
+    /// Connects to a catalog service (not used for filesystem tables); a SQLite catalog
+    /// file must be where `local` allows, like every local file its tables name.
+    pub async fn connect(&self, local: &LocalPaths) -> Result<Arc<dyn Catalog>, CatalogError> {
+        if let CatalogConfig::Sql { uri, .. } = self {
+            check_sqlite_file(uri, local).await?;
+        }
+        let storage = Arc::new(TableStorageFactory::new(local.clone()));
         let catalog: Arc<dyn Catalog> = match self {
             CatalogConfig::Sql {
                 uri,
@@ -391,6 +401,37 @@ fn builder_props(
     properties.clone().into_iter().chain(fields).collect()
 }
 
+/// Refuses a SQLite catalog URI whose file is outside `local`, or that asks SQLite to
+/// create the file (`mode=rwc`) or to hold it in memory only.
+async fn check_sqlite_file(uri: &str, local: &LocalPaths) -> Result<(), CatalogError> {
+    let Some(rest) = uri.strip_prefix("sqlite:") else {
+        return Ok(());
+    };
+    let (file, query) = rest.split_once('?').unwrap_or((rest, ""));
+    if query
+        .split('&')
+        .any(|pair| matches!(pair, "mode=rwc" | "mode=memory"))
+    {
+        return Err(CatalogError::Invalid(format!(
+            "{uri}: a SQLite catalog is opened as it is: mode=rwc and mode=memory are refused"
+        )));
+    }
+    // `sqlite://path` and `sqlite:///abs` name the same files as `sqlite:path`.
+    let file = match file.strip_prefix("//") {
+        Some(path) => path.to_string(),
+        None => file.to_string(),
+    };
+    if file.is_empty() || file == ":memory:" {
+        return Err(CatalogError::Invalid(format!(
+            "{uri}: a SQLite catalog must name its database file"
+        )));
+    }
+    let (path, local) = (std::path::PathBuf::from(&file), local.clone());
+    storage::blocking(move || local.check(&path))
+        .await
+        .map_err(|e| CatalogError::reading(&file, e))
+}
+
 /// How long a catalog call may take by default (`catalog.timeout`).
 pub const DEFAULT_CATALOG_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -422,12 +463,7 @@ pub async fn within<T>(
 pub struct CatalogCache {
     connected: Arc<std::sync::Mutex<HashMap<String, Connected>>>,
     timeout: Duration,
-}
-
-impl Default for CatalogCache {
-    fn default() -> Self {
-        Self::new(DEFAULT_CATALOG_TIMEOUT)
-    }
+    local: LocalPaths,
 }
 
 #[derive(Clone)]
@@ -440,11 +476,13 @@ struct Connected {
 pub const CATALOG_RENEWAL: std::time::Duration = std::time::Duration::from_secs(15 * 60);
 
 impl CatalogCache {
-    /// A cache whose loads each have `timeout` (`catalog.timeout`).
-    pub fn new(timeout: Duration) -> Self {
+    /// A cache whose loads each have `timeout` (`catalog.timeout`) and read local files
+    /// only where `local` allows (`catalog.local_paths`).
+    pub fn new(timeout: Duration, local: LocalPaths) -> Self {
         Self {
             connected: Default::default(),
             timeout,
+            local,
         }
     }
 
@@ -457,7 +495,7 @@ impl CatalogCache {
     ) -> Result<Table, CatalogError> {
         let doing = || format!("loading table {}", display_ident(ident));
         if let CatalogConfig::Filesystem { .. } = config {
-            return within(self.timeout, doing, config.load_table(ident)).await;
+            return within(self.timeout, doing, config.load_table(ident, &self.local)).await;
         }
         let key = serde_json::to_string(config).expect("catalog settings serialize");
         let loaded = within(
@@ -491,7 +529,7 @@ impl CatalogCache {
         let catalog = match cached {
             Some(connected) => connected.catalog,
             None => {
-                let catalog = config.connect().await?;
+                let catalog = config.connect(&self.local).await?;
                 let connected = Connected {
                     catalog: catalog.clone(),
                     at: std::time::Instant::now(),

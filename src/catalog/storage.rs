@@ -29,18 +29,104 @@ use iceberg::{Error, ErrorKind};
 use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 use serde::{Deserialize, Serialize};
 
-/// Builds [`TableStorage`] for every catalog and static table.
+/// Builds [`TableStorage`] for every catalog and static table, reading local files only
+/// where its [`LocalPaths`] allow.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct TableStorageFactory;
+pub struct TableStorageFactory {
+    local: LocalPaths,
+}
+
+impl TableStorageFactory {
+    /// Storage that reads local files only below `local`'s directories.
+    pub fn new(local: LocalPaths) -> Self {
+        Self { local }
+    }
+}
 
 #[typetag::serde]
 impl StorageFactory for TableStorageFactory {
     fn build(&self, config: &StorageConfig) -> iceberg::Result<Arc<dyn Storage>> {
         Ok(Arc::new(TableStorage {
             props: config.props().clone(),
+            local: self.local.clone(),
             remote: OnceLock::new(),
         }))
     }
+}
+
+/// The local directories whose files tables may be read from (`catalog.local_paths`):
+/// everything when unrestricted (the writers of the demo and the tests), else only files
+/// below the listed directories, after `..` and symbolic links are resolved. Any local
+/// path a catalog names, table metadata included, is checked, so a catalog cannot point
+/// the node at other files on its disk.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LocalPaths {
+    /// `None`: any path.
+    allowed: Option<Vec<PathBuf>>,
+}
+
+impl Default for LocalPaths {
+    /// No local path at all.
+    fn default() -> Self {
+        Self::only(&[])
+    }
+}
+
+impl LocalPaths {
+    /// Every local path (for writers; a serving node takes its configuration's list).
+    pub fn unrestricted() -> Self {
+        Self { allowed: None }
+    }
+
+    /// Only paths below `dirs` (made absolute, and resolved where they exist).
+    pub fn only(dirs: &[PathBuf]) -> Self {
+        let allowed = dirs
+            .iter()
+            .map(|dir| std::fs::canonicalize(dir).unwrap_or_else(|_| lexical_absolute(dir)))
+            .collect();
+        Self {
+            allowed: Some(allowed),
+        }
+    }
+
+    /// Refuses `path` unless it is below an allowed directory: by its text first, then
+    /// by where it really is, so that neither a missing file outside nor a link out of
+    /// an allowed directory tells the caller anything.
+    pub fn check(&self, path: &Path) -> iceberg::Result<()> {
+        let Some(allowed) = &self.allowed else {
+            return Ok(());
+        };
+        let below = |p: &Path| allowed.iter().any(|dir| p.starts_with(dir));
+        let lexical = lexical_absolute(path);
+        let real = std::fs::canonicalize(&lexical).ok();
+        if below(&lexical) && real.as_deref().is_none_or(below) {
+            return Ok(());
+        }
+        Err(LocalRefusal::NotAllowed {
+            path: path.display().to_string(),
+        }
+        .into_error())
+    }
+}
+
+/// `path` made absolute against the working directory, `.` and `..` removed by text.
+fn lexical_absolute(path: &Path) -> PathBuf {
+    let joined = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_default().join(path)
+    };
+    let mut out = PathBuf::new();
+    for part in joined.components() {
+        match part {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// Sends each path to the storage its scheme calls for. Tables written by local writers
@@ -49,6 +135,7 @@ impl StorageFactory for TableStorageFactory {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct TableStorage {
     props: HashMap<String, String>,
+    local: LocalPaths,
     /// Built on the first object-store path, from the same properties.
     #[serde(skip)]
     remote: OnceLock<Arc<dyn Storage>>,
@@ -62,7 +149,7 @@ pub fn is_local(path: &str) -> bool {
 impl TableStorage {
     fn route(&self, path: &str) -> iceberg::Result<Arc<dyn Storage>> {
         if is_local(path) {
-            return Ok(Arc::new(LocalFileStorage));
+            return Ok(Arc::new(LocalFileStorage::new(self.local.clone())));
         }
         if let Some(remote) = self.remote.get() {
             return Ok(remote.clone());
@@ -142,6 +229,12 @@ pub enum LocalRefusal {
         /// What is there instead.
         what: &'static str,
     },
+    /// A path outside the directories `catalog.local_paths` allows.
+    #[error("{path} is outside the local directories this node may read (catalog.local_paths)")]
+    NotAllowed {
+        /// The path as it was asked for.
+        path: String,
+    },
     /// A whole-file read of more than it should hold.
     #[error("{path} holds more than {limit} bytes, the most a file of its kind may hold")]
     TooLarge {
@@ -156,6 +249,7 @@ impl LocalRefusal {
     fn fault(&self) -> StorageFault {
         match self {
             LocalRefusal::NotAFile { .. } => StorageFault::NotAFile,
+            LocalRefusal::NotAllowed { .. } => StorageFault::NotAllowed,
             LocalRefusal::TooLarge { .. } => StorageFault::TooLarge,
         }
     }
@@ -171,7 +265,32 @@ impl LocalRefusal {
 /// [`LocalRefusal::NotAFile`] instead of hanging or streaming forever. A metadata file
 /// is read whole only up to [`MAX_METADATA_FILE_BYTES`].
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct LocalFileStorage;
+pub struct LocalFileStorage {
+    local: LocalPaths,
+}
+
+impl LocalFileStorage {
+    /// Local files below `local`'s directories.
+    pub fn new(local: LocalPaths) -> Self {
+        Self { local }
+    }
+
+    /// Runs `work` on the file system path of `path` on the blocking pool, if the policy
+    /// allows the path (resolving it touches the file system too).
+    async fn on_path<T: Send + 'static>(
+        &self,
+        path: &str,
+        work: impl FnOnce(PathBuf) -> iceberg::Result<T> + Send + 'static,
+    ) -> iceberg::Result<T> {
+        let path = local_path(path);
+        let local = self.local.clone();
+        blocking(move || {
+            local.check(&path)?;
+            work(path)
+        })
+        .await
+    }
+}
 
 /// The file system path of a plain path or a `file:` URL (as the iceberg crate's
 /// `LocalFsStorage` reads them).
@@ -312,13 +431,12 @@ fn read_limit(path: &Path) -> Option<u64> {
 #[typetag::serde]
 impl Storage for LocalFileStorage {
     async fn exists(&self, path: &str) -> iceberg::Result<bool> {
-        let path = local_path(path);
-        Ok(tokio::fs::try_exists(&path).await.unwrap_or(false))
+        self.on_path(path, |path| Ok(path.try_exists().unwrap_or(false)))
+            .await
     }
 
     async fn metadata(&self, path: &str) -> iceberg::Result<FileMetadata> {
-        let path = local_path(path);
-        blocking(move || {
+        self.on_path(path, |path| {
             let meta = std::fs::metadata(&path).map_err(|e| io_error("cannot stat", &path, e))?;
             refuse_irregular(&path, &meta)?;
             Ok(FileMetadata { size: meta.len() })
@@ -327,13 +445,14 @@ impl Storage for LocalFileStorage {
     }
 
     async fn read(&self, path: &str) -> iceberg::Result<Bytes> {
-        let path = local_path(path);
-        blocking(move || read_regular(&path, read_limit(&path)).map(Bytes::from)).await
+        self.on_path(path, |path| {
+            read_regular(&path, read_limit(&path)).map(Bytes::from)
+        })
+        .await
     }
 
     async fn reader(&self, path: &str) -> iceberg::Result<Box<dyn FileRead>> {
-        let path = local_path(path);
-        blocking(move || {
+        self.on_path(path, |path| {
             let (file, size) = open_regular(&path)?;
             Ok(Box::new(LocalFileRead {
                 file: Arc::new(file),
@@ -345,8 +464,7 @@ impl Storage for LocalFileStorage {
     }
 
     async fn write(&self, path: &str, bs: Bytes) -> iceberg::Result<()> {
-        let path = local_path(path);
-        blocking(move || {
+        self.on_path(path, move |path| {
             create_parent(&path)?;
             std::fs::write(&path, &bs).map_err(|e| io_error("cannot write", &path, e))
         })
@@ -354,8 +472,7 @@ impl Storage for LocalFileStorage {
     }
 
     async fn writer(&self, path: &str) -> iceberg::Result<Box<dyn FileWrite>> {
-        let path = local_path(path);
-        blocking(move || {
+        self.on_path(path, |path| {
             create_parent(&path)?;
             let file = File::create(&path).map_err(|e| io_error("cannot create", &path, e))?;
             Ok(Box::new(LocalFileWrite {
@@ -367,8 +484,7 @@ impl Storage for LocalFileStorage {
     }
 
     async fn delete(&self, path: &str) -> iceberg::Result<()> {
-        let path = local_path(path);
-        blocking(move || match std::fs::remove_file(&path) {
+        self.on_path(path, |path| match std::fs::remove_file(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 Err(io_error("cannot delete", &path, e))
             }
@@ -378,8 +494,7 @@ impl Storage for LocalFileStorage {
     }
 
     async fn delete_prefix(&self, path: &str) -> iceberg::Result<()> {
-        let path = local_path(path);
-        blocking(move || {
+        self.on_path(path, |path| {
             if path.is_dir() {
                 std::fs::remove_dir_all(&path).map_err(|e| io_error("cannot delete", &path, e))?;
             }
@@ -530,6 +645,8 @@ pub enum StorageFault {
     NotAFile,
     /// A metadata file larger than any metadata file should be.
     TooLarge,
+    /// A local path outside `catalog.local_paths`.
+    NotAllowed,
 }
 
 impl StorageFault {
@@ -542,6 +659,7 @@ impl StorageFault {
             StorageFault::Unreachable => "storage_unreachable",
             StorageFault::NotAFile => "storage_not_a_file",
             StorageFault::TooLarge => "storage_file_too_large",
+            StorageFault::NotAllowed => "local_path_not_allowed",
         }
     }
 
@@ -611,7 +729,9 @@ pub fn describe(e: &iceberg::Error) -> String {
                 StorageFault::NotFound => "no such object".to_string(),
                 StorageFault::Invalid => format!("invalid storage settings: {}", opendal.message()),
                 // Only local paths are refused so.
-                StorageFault::NotAFile | StorageFault::TooLarge => opendal.message().to_string(),
+                StorageFault::NotAFile | StorageFault::TooLarge | StorageFault::NotAllowed => {
+                    opendal.message().to_string()
+                }
                 StorageFault::Unreachable => {
                     let status = if opendal.is_temporary() {
                         "temporary failure"
@@ -697,7 +817,7 @@ mod tests {
     #[tokio::test]
     async fn local_reads_take_regular_files_only() {
         let dir = tempfile::tempdir().unwrap();
-        let storage = LocalFileStorage;
+        let storage = LocalFileStorage::new(LocalPaths::unrestricted());
         let file = dir.path().join("v1.metadata.json");
         std::fs::write(&file, b"{\"format-version\": 2}").unwrap();
         let url = format!("file://{}", file.display());

@@ -28,7 +28,7 @@ use iceberg_catalog_sql::{
 };
 use parquet::basic::{Compression, ZstdLevel};
 
-use crate::catalog::TableStorageFactory;
+use crate::catalog::{LocalPaths, TableStorageFactory};
 use parquet::file::properties::WriterProperties;
 
 /// Tunables for [`append`]; the default writes one file per partition.
@@ -87,7 +87,9 @@ pub async fn open_sql_catalog_at(
         ),
     ]);
     SqlCatalogBuilder::default()
-        .with_storage_factory(Arc::new(TableStorageFactory))
+        .with_storage_factory(Arc::new(TableStorageFactory::new(
+            LocalPaths::unrestricted(),
+        )))
         .load(catalog_name, props)
         .await
 }

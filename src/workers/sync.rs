@@ -80,6 +80,7 @@ fn storage_error(e: &iceberg::Error, snapshot: i64) -> Option<SyncError> {
         StorageFault::NotFound
         | StorageFault::Invalid
         | StorageFault::NotAFile
+        | StorageFault::NotAllowed
         | StorageFault::TooLarge => SyncError::Table {
             message: format!("cannot publish snapshot {snapshot}: {message}"),
             snapshot: Some(snapshot),

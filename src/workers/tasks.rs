@@ -45,6 +45,7 @@ impl TaskError {
                 Some(
                     fault @ (StorageFault::NotFound
                     | StorageFault::NotAFile
+                    | StorageFault::NotAllowed
                     | StorageFault::TooLarge),
                 ) => TaskError::Permanent(format!("{}: {e}", fault.code())),
                 _ => TaskError::retryable(e),

@@ -79,7 +79,13 @@ fn newest_metadata(wh: &Warehouse) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pipes_devices_and_huge_files_are_refused_at_once() {
-    let (node, _store) = Node::start_fresh().await;
+    // The device is allowed as a path (catalog.local_paths), so that what is refused is
+    // its being no file.
+    let store = tempfile::tempdir().unwrap();
+    let mut settings =
+        crate::support::test_settings(&crate::support::fresh_database().await, store.path());
+    settings.catalog.local_paths.push("/dev/zero".into());
+    let node = Node::start(settings).await;
     let dir = tempfile::tempdir().unwrap();
     let pipe = dir.path().join("v1.metadata.json");
     mkfifo(&pipe);

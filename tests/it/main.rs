@@ -12,6 +12,7 @@ mod fixtures;
 mod gcs;
 mod hangs;
 mod hostile;
+mod local_paths;
 mod nodes;
 mod object_storage;
 mod openapi;

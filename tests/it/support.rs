@@ -62,6 +62,8 @@ pub fn test_settings(database_url: &str, change_store: &Path) -> Settings {
     s.scheduler.shuffle_buckets = 8;
     s.scheduler.reduce_target_bytes = 4096;
     s.api.shutdown_grace = Duration::from_secs(5);
+    // Test tables live in temporary directories.
+    s.catalog.local_paths = vec![std::env::temp_dir()];
     s
 }
 

@@ -66,6 +66,7 @@ pub async fn register_table(
         request,
         state.settings.scheduler.default_poll_interval,
         state.settings.catalog.timeout,
+        &state.local_paths,
     )
     .await?;
     let table = state.store.insert_table(&new).await.map_err(|e| match e {
@@ -168,7 +169,13 @@ pub async fn update_table(
     // Checked before anything is written, so a refused catalog changes nothing else.
     let catalog = match update.catalog {
         Some(catalog) => Some(
-            register::replacement_catalog(&table, catalog, state.settings.catalog.timeout).await?,
+            register::replacement_catalog(
+                &table,
+                catalog,
+                state.settings.catalog.timeout,
+                &state.local_paths,
+            )
+            .await?,
         ),
         None => None,
     };

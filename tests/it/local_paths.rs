@@ -1,0 +1,129 @@
+//! `catalog.local_paths`: a node reads local files only below the directories it is
+//! given — SQLite catalog files, filesystem warehouses and metadata files, and every file
+//! their metadata names — whatever a registration says, through `..` and symbolic links
+//! too, and without telling a missing file from an existing one outside.
+
+use serde_json::{Value, json};
+
+use crate::fixtures::{orders, orders_schema};
+use crate::support::{Node, Warehouse, fresh_database, test_settings};
+
+/// A node allowed to read only below `allowed`.
+async fn node_reading(allowed: &std::path::Path) -> (Node, tempfile::TempDir) {
+    let store = tempfile::tempdir().unwrap();
+    let mut settings = test_settings(&fresh_database().await, store.path());
+    settings.catalog.local_paths = vec![allowed.to_path_buf()];
+    (Node::start(settings).await, store)
+}
+
+async fn refused(node: &Node, body: &Value) -> Value {
+    let (status, problem) = node.post("/v1/tables", body).await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (403, Some("local_path_not_allowed")),
+        "{body}: {problem}"
+    );
+    problem
+}
+
+fn metadata_file(location: &str) -> Value {
+    json!({"catalog": {"type": "filesystem", "metadata_location": location},
+           "table": "shop.orders"})
+}
+
+#[tokio::test]
+async fn only_files_below_the_allowed_directories_are_read() {
+    // Two warehouses side by side; the node may read the first only.
+    let inside = Warehouse::new().await;
+    let outside = Warehouse::new().await;
+    for wh in [&inside, &outside] {
+        let created = wh.create("shop.orders", orders_schema(), None).await;
+        wh.append(&created, &[orders(1..=2)]).await;
+    }
+    let (node, _store) = node_reading(inside.dir.path()).await;
+
+    // Inside: followed as usual.
+    let id = node
+        .register(&inside.registration("shop.orders", json!({})))
+        .await;
+    let (_, table) = node.get(&format!("/v1/tables/{id}")).await;
+    assert_eq!(table["state"], "active", "{table}");
+
+    // Outside: the SQLite catalog file itself is refused.
+    let problem = refused(&node, &outside.registration("shop.orders", json!({}))).await;
+    assert!(
+        problem["detail"]
+            .as_str()
+            .unwrap()
+            .contains("catalog.local_paths"),
+        "{problem}"
+    );
+    // A filesystem warehouse at the root, a file elsewhere on the disk, and a path that
+    // does not exist all answer alike, so the answer tells nothing about the disk.
+    refused(
+        &node,
+        &json!({"catalog": {"type": "filesystem", "warehouse": "/"}, "table": "etc.passwd"}),
+    )
+    .await;
+    refused(&node, &metadata_file("/etc/passwd")).await;
+    refused(&node, &metadata_file("/no/such/dir/v1.metadata.json")).await;
+    // `..` out of the allowed directory.
+    let outside_metadata = outside
+        .catalog
+        .load_table(&iceberg::TableIdent::from_strs(["shop", "orders"]).unwrap())
+        .await
+        .unwrap()
+        .metadata_location()
+        .unwrap()
+        .to_string();
+    let escape = format!(
+        "{}/../{}",
+        inside.dir.path().display(),
+        std::path::Path::new(&outside_metadata)
+            .strip_prefix(outside.dir.path().parent().unwrap())
+            .unwrap()
+            .display()
+    );
+    refused(&node, &metadata_file(&escape)).await;
+    // A symbolic link inside pointing out.
+    let link = inside.dir.path().join("elsewhere.metadata.json");
+    std::os::unix::fs::symlink(&outside_metadata, &link).unwrap();
+    refused(&node, &metadata_file(link.to_str().unwrap())).await;
+    // A metadata file copied inside still names the manifests outside: the files its
+    // metadata names are checked too.
+    let copied = inside.dir.path().join("copied.metadata.json");
+    std::fs::copy(&outside_metadata, &copied).unwrap();
+    refused(&node, &metadata_file(copied.to_str().unwrap())).await;
+
+    // SQLite may not create a catalog file, wherever it is.
+    let mut create = inside.registration("shop.orders", json!({}));
+    create["catalog"]["uri"] = json!(format!(
+        "sqlite:{}/new.db?mode=rwc",
+        inside.dir.path().display()
+    ));
+    let (status, problem) = node.post("/v1/tables", &create).await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (400, Some("invalid_catalog")),
+        "{problem}"
+    );
+    assert!(!inside.dir.path().join("new.db").exists());
+
+    let (_, tables) = node.get("/v1/tables").await;
+    assert_eq!(tables["tables"].as_array().unwrap().len(), 1, "{tables}");
+    node.shutdown().await;
+}
+
+#[tokio::test]
+async fn by_default_no_local_table_may_be_registered() {
+    let wh = Warehouse::new().await;
+    let created = wh.create("shop.orders", orders_schema(), None).await;
+    let table = wh.append(&created, &[orders(1..=2)]).await;
+    let store = tempfile::tempdir().unwrap();
+    let mut settings = test_settings(&fresh_database().await, store.path());
+    settings.catalog.local_paths = icefeed::config::Settings::default().catalog.local_paths;
+    let node = Node::start(settings).await;
+    refused(&node, &wh.registration("shop.orders", json!({}))).await;
+    refused(&node, &metadata_file(table.metadata_location().unwrap())).await;
+    node.shutdown().await;
+}
