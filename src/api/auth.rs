@@ -6,6 +6,11 @@
 //! stream and acknowledge), `table:<id>` (that table and its feed) and
 //! `subscription:<id>` (that subscription: pull, stream, acknowledge). Tokens are the
 //! configured admin token or ones created through `/v1/tokens`, stored as SHA-256 hashes.
+//!
+//! Browsers' `EventSource` cannot send headers, so a stream may instead be opened with
+//! `?access_token=` and a stream token: a short-lived grant for one stream path, signed
+//! with a key derived from the admin token, so that every node verifies it without a
+//! database and it is worth nothing elsewhere or later.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -16,6 +21,8 @@ use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use hmac::{Hmac, Mac};
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
@@ -116,6 +123,8 @@ fn need(method: &Method, route: &str) -> Need {
     match route {
         "/healthz" | "/readyz" | "/metrics" | "/openapi.json" => Need::Nothing,
         "/v1/tables" | "/v1/subscriptions" if read => Need::AnyToken,
+        // The handler checks that the caller may open the stream it asks a token for.
+        "/v1/tokens/stream" if method == Method::POST => Need::AnyToken,
         "/v1/tables/{id}"
         | "/v1/tables/{id}/changes"
         | "/v1/tables/{id}/changes/stream"
@@ -144,10 +153,7 @@ const TOKEN_PREFIX: &str = "icf_";
 pub fn new_token() -> String {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
-    format!(
-        "{TOKEN_PREFIX}{}",
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
-    )
+    format!("{TOKEN_PREFIX}{}", URL_SAFE_NO_PAD.encode(bytes))
 }
 
 /// The hash a token is stored and looked up by.
@@ -160,12 +166,40 @@ pub fn token_hash(token: &str) -> [u8; 32] {
 pub struct Authenticator {
     store: Store,
     admin_hash: Option<[u8; 32]>,
+    /// Signs stream tokens: derived from the admin token, so all nodes share it.
+    stream_key: Option<[u8; 32]>,
     ttl: Duration,
     cache: Arc<Mutex<HashMap<[u8; 32], Verified>>>,
 }
 
 /// A token's scopes and when they were read from the database.
 type Verified = (Arc<Vec<Scope>>, Instant);
+
+/// The prefix of stream tokens.
+const STREAM_TOKEN_PREFIX: &str = "ics_";
+
+/// How long a stream token may be used to open its stream.
+pub const STREAM_TOKEN_TTL: Duration = Duration::from_secs(300);
+
+fn sign(key: &[u8], payload: &str) -> Vec<u8> {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("any key length");
+    mac.update(payload.as_bytes());
+    mac.finalize().into_bytes().to_vec()
+}
+
+/// The routes a stream token may open.
+const STREAM_ROUTES: [&str; 2] = [
+    "/v1/tables/{id}/changes/stream",
+    "/v1/subscriptions/{id}/stream",
+];
+
+/// The `access_token` query parameter, if any.
+fn query_token(request: &Request) -> Option<String> {
+    let query = request.uri().query()?;
+    url::form_urlencoded::parse(query.as_bytes())
+        .find(|(name, _)| name == "access_token")
+        .map(|(_, value)| value.into_owned())
+}
 
 /// Verified tokens kept at most; the cache is emptied when it would grow past this.
 const CACHE_CAPACITY: usize = 10_000;
@@ -179,6 +213,10 @@ impl Authenticator {
                 .admin_token
                 .as_ref()
                 .map(|t| token_hash(t.expose())),
+            stream_key: settings
+                .admin_token
+                .as_ref()
+                .map(|t| token_hash(&format!("icefeed stream tokens\0{}", t.expose()))),
             ttl: settings.cache_ttl,
             cache: Arc::default(),
         }
@@ -218,6 +256,51 @@ impl Authenticator {
         }
         cache.insert(hash, (scopes.clone(), Instant::now()));
         Ok(Some(scopes))
+    }
+
+    /// A stream token for `path`, valid until `expires` (Unix seconds); `None` when
+    /// authentication is off.
+    pub fn stream_token(&self, path: &str, expires: i64) -> Option<String> {
+        let key = self.stream_key.as_ref()?;
+        let payload = format!("{expires}\n{path}");
+        Some(format!(
+            "{STREAM_TOKEN_PREFIX}{}.{}",
+            URL_SAFE_NO_PAD.encode(&payload),
+            URL_SAFE_NO_PAD.encode(sign(key, &payload))
+        ))
+    }
+
+    /// Whether `token` is a stream token for exactly `path` that has not expired.
+    fn stream_token_allows(&self, token: &str, path: &str) -> bool {
+        let Some(key) = &self.stream_key else {
+            return false;
+        };
+        let Some((payload, mac)) = token
+            .strip_prefix(STREAM_TOKEN_PREFIX)
+            .and_then(|t| t.split_once('.'))
+        else {
+            return false;
+        };
+        let (Ok(payload), Ok(mac)) = (URL_SAFE_NO_PAD.decode(payload), URL_SAFE_NO_PAD.decode(mac))
+        else {
+            return false;
+        };
+        let mut check = Hmac::<Sha256>::new_from_slice(key).expect("any key length");
+        check.update(&payload);
+        // `verify_slice` compares in constant time.
+        if check.verify_slice(&mac).is_err() {
+            return false;
+        }
+        let Some((expires, granted)) = std::str::from_utf8(&payload)
+            .ok()
+            .and_then(|p| p.split_once('\n'))
+        else {
+            return false;
+        };
+        granted == path
+            && expires
+                .parse::<i64>()
+                .is_ok_and(|e| e > chrono::Utc::now().timestamp())
     }
 
     /// Drops a revoked token from this node's cache.
@@ -261,6 +344,22 @@ pub async fn authorize(
     let need = need(&method, route.as_str());
     let access = if !state.auth.enabled() || matches!(need, Need::Nothing) {
         Access::Open
+    } else if STREAM_ROUTES.contains(&route.as_str())
+        && !request.headers().contains_key(header::AUTHORIZATION)
+        && let Some(token) = query_token(&request)
+    {
+        if !state.auth.stream_token_allows(&token, request.uri().path()) {
+            return unauthenticated(
+                "invalid_token",
+                "the stream token is not for this stream or has expired: get a new one \
+                 with POST /v1/tokens/stream",
+            );
+        }
+        // The grant is for this stream alone, and was checked when it was made.
+        request
+            .extensions_mut()
+            .insert(Access::Token(Arc::new(Vec::new())));
+        return next.run(request).await;
     } else {
         let header = request.headers().get(header::AUTHORIZATION);
         let Some(token) = header
@@ -391,6 +490,41 @@ mod tests {
             Need::Admin
         ));
         assert!(matches!(need(&Method::GET, "/new/endpoint"), Need::Admin));
+    }
+
+    // A lazy pool needs a runtime, though no query is sent.
+    #[tokio::test]
+    async fn stream_tokens_open_their_stream_only_until_they_expire() {
+        let settings = AuthSettings {
+            admin_token: Some(crate::secret::Secret::new("a".repeat(32))),
+            ..AuthSettings::default()
+        };
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .connect_lazy("postgres://unused@127.0.0.1/unused")
+            .unwrap();
+        let auth = Authenticator::new(Store::from_pool(pool.clone()), &settings);
+        let path = "/v1/tables/0193/changes/stream";
+        let later = chrono::Utc::now().timestamp() + 60;
+        let token = auth.stream_token(path, later).unwrap();
+        assert!(auth.stream_token_allows(&token, path));
+        assert!(!auth.stream_token_allows(&token, "/v1/tables/0194/changes/stream"));
+        let expired = auth.stream_token(path, later - 120).unwrap();
+        assert!(!auth.stream_token_allows(&expired, path));
+        // Another admin token, another key: tokens of one deployment fail in another.
+        let other = AuthSettings {
+            admin_token: Some(crate::secret::Secret::new("b".repeat(32))),
+            ..AuthSettings::default()
+        };
+        let elsewhere = Authenticator::new(Store::from_pool(pool), &other);
+        assert!(!elsewhere.stream_token_allows(&token, path));
+        // A forged payload with the old signature.
+        let (_, mac) = token.split_once('.').unwrap();
+        let forged = format!(
+            "{STREAM_TOKEN_PREFIX}{}.{mac}",
+            URL_SAFE_NO_PAD.encode(format!("{}\n{path}", later + 9999))
+        );
+        assert!(!auth.stream_token_allows(&forged, path));
+        assert!(!auth.stream_token_allows("ics_garbage", path));
     }
 
     #[test]

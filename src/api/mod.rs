@@ -116,6 +116,7 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(subscriptions::push::redrive_dead_letters))
         .routes(routes!(tokens::create_token, tokens::list_tokens))
         .routes(routes!(tokens::revoke_token))
+        .routes(routes!(tokens::create_stream_token))
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(health::metrics))

@@ -8,8 +8,10 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
+use axum::extract::Extension;
+
 use super::AppState;
-use super::auth::{Scope, new_token, token_hash};
+use super::auth::{Access, STREAM_TOKEN_TTL, Scope, new_token, token_hash};
 use super::error::{ApiError, Problem};
 use super::extract::{Json, Path};
 use crate::store::{ApiToken, StoreError};
@@ -248,4 +250,94 @@ pub async fn revoke_token(
         Err(StoreError::NotFound) => Err(not_found()),
         Err(e) => Err(e.into()),
     }
+}
+
+/// Body of `POST /v1/tokens/stream`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateStreamToken {
+    /// The stream to open: `/v1/tables/{id}/changes/stream` or
+    /// `/v1/subscriptions/{id}/stream`, without its query.
+    #[schema(example = "/v1/subscriptions/orders-sync/stream")]
+    pub path: String,
+}
+
+/// A grant to open one stream with `?access_token=`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct StreamToken {
+    /// Pass it as `access_token` in the stream's query.
+    pub token: String,
+    /// Until when the stream may be opened (reconnections need a new token after it).
+    pub expires_at: DateTime<Utc>,
+    /// The stream's path with the token, for `new EventSource(url)`.
+    pub url: String,
+}
+
+/// Get a short-lived token that opens one stream, for clients that cannot send headers.
+#[utoipa::path(
+    post, path = "/v1/tokens/stream", tag = TAG, operation_id = "createStreamToken",
+    request_body = CreateStreamToken,
+    responses(
+        (status = 201, description = "The stream token, valid for 5 minutes", body = StreamToken),
+        (status = 409, description = "Authentication is off on this node (`auth_disabled`): open the stream without a token", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "The body is larger than `api.max_body_bytes` (`request_body_too_large`)", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "The body is not sent as `application/json` (`unsupported_media_type`)", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "`path` is no stream (`invalid_stream_path`) or the caller may not open it (`forbidden` is 403)", body = Problem, content_type = "application/problem+json"),
+    )
+)]
+pub async fn create_stream_token(
+    State(state): State<AppState>,
+    Extension(access): Extension<Access>,
+    Json(request): Json<CreateStreamToken>,
+) -> Result<impl IntoResponse, ApiError> {
+    if !state.auth.enabled() {
+        return Err(auth_off());
+    }
+    let not_a_stream = || {
+        invalid(
+            "invalid_stream_path",
+            "path",
+            format!(
+                "{:?} is not a stream: use /v1/tables/{{id}}/changes/stream or \
+                 /v1/subscriptions/{{id}}/stream",
+                request.path
+            ),
+        )
+    };
+    let parts: Vec<&str> = request.path.split('/').collect();
+    let allowed = match parts.as_slice() {
+        ["", "v1", "tables", id, "changes", "stream"] => {
+            let id = Uuid::parse_str(id).map_err(|_| not_a_stream())?;
+            access.reads_table(crate::store::TableId(id))
+        }
+        ["", "v1", "subscriptions", id, "stream"] if !id.is_empty() => {
+            match state.store.find_subscription(id).await {
+                Ok(s) => access.consumes(s.id),
+                Err(StoreError::NotFound) => access.reads_all(),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        _ => return Err(not_a_stream()),
+    };
+    if !allowed {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!("this token's scopes do not allow opening {}", request.path),
+        ));
+    }
+    let expires_at = Utc::now() + STREAM_TOKEN_TTL;
+    let token = state
+        .auth
+        .stream_token(&request.path, expires_at.timestamp())
+        .expect("authentication is on");
+    let url = format!("{}?access_token={token}", request.path);
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(StreamToken {
+            token,
+            expires_at,
+            url,
+        }),
+    ))
 }

@@ -110,7 +110,8 @@ async fn every_operation_needs_a_token_whose_scopes_allow_it() {
         "streamSubscription",
         "listDeadLetters",
     ]);
-    let lists = BTreeSet::from(["listTables", "listSubscriptions"]);
+    // Any valid token; the answer depends on what it may see.
+    let lists = BTreeSet::from(["listTables", "listSubscriptions", "createStreamToken"]);
     let allowed = |s: u16| s != 401 && s != 403;
 
     let ops = operations(&running).await;
@@ -222,6 +223,62 @@ async fn every_operation_needs_a_token_whose_scopes_allow_it() {
         )
         .await;
     assert_eq!(code, 200, "{acked}");
+
+    // A browser's EventSource cannot send headers: a stream token opens one stream.
+    let stream = format!("/v1/tables/{mine}/changes/stream");
+    let (code, grant) = table_reader
+        .post("/v1/tokens/stream", &json!({"path": stream}))
+        .await;
+    assert_eq!(code, 201, "{grant}");
+    let opened = anonymous
+        .http
+        .get(anonymous.url(grant["url"].as_str().unwrap()))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(opened.status(), 200);
+    assert!(
+        opened.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    drop(opened);
+    let token = grant["token"].as_str().unwrap();
+    let elsewhere = format!("/v1/tables/{other}/changes/stream?access_token={token}");
+    assert_eq!(status(&anonymous, "get", &elsewhere).await, 401);
+    // It is no API token.
+    assert_eq!(
+        status(&running.with_token(token), "get", "/v1/tables").await,
+        401
+    );
+    // Only for streams the caller may open.
+    let (code, _) = table_reader
+        .post(
+            "/v1/tokens/stream",
+            &json!({"path": format!("/v1/tables/{other}/changes/stream")}),
+        )
+        .await;
+    assert_eq!(code, 403);
+    let (code, problem) = consumer
+        .post("/v1/tokens/stream", &json!({"path": "/v1/tables"}))
+        .await;
+    assert_eq!(
+        (code, problem["code"].as_str()),
+        (422, Some("invalid_stream_path"))
+    );
+    let (code, grant) = consumer
+        .post(
+            "/v1/tokens/stream",
+            &json!({"path": "/v1/subscriptions/orders-sync/stream"}),
+        )
+        .await;
+    assert_eq!(code, 201, "{grant}");
+    assert_eq!(
+        status(&anonymous, "get", grant["url"].as_str().unwrap()).await,
+        200
+    );
 
     // Admin writes work with the configured token.
     assert_eq!(admin.delete(&format!("/v1/tables/{other}")).await, 204);
