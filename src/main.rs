@@ -57,12 +57,21 @@ enum DemoCommand {
     },
 }
 
+/// Writes `text` to stdout; a reader that stops early (`icefeed openapi | head`) is no error.
+fn print_all(text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     icefeed::telemetry::init_logging(cli.log_json);
     match cli.command {
-        Command::Openapi => print!("{}", icefeed::api::openapi_json()),
+        Command::Openapi => print_all(&icefeed::api::openapi_json())?,
         Command::Migrate => {
             let settings = Settings::load(cli.config.as_deref())?;
             let store = icefeed::store::Store::connect(&settings.database_url)

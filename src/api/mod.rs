@@ -200,6 +200,36 @@ pub fn openapi_json() -> String {
     json
 }
 
+/// One log line per answered request: method, path (never the query, which may hold a
+/// stream token), status, latency and request id; failures at `error`.
+fn access_log() -> TraceLayer<
+    tower_http::classify::SharedClassifier<tower_http::classify::ServerErrorsAsFailures>,
+    impl Fn(&axum::http::Request<axum::body::Body>) -> tracing::Span + Clone,
+    (),
+    tower_http::trace::DefaultOnResponse,
+> {
+    TraceLayer::new_for_http()
+        .make_span_with(|request: &axum::http::Request<axum::body::Body>| {
+            let request_id = request
+                .headers()
+                .get("x-request-id")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default();
+            tracing::info_span!(
+                "request",
+                method = %request.method(),
+                path = request.uri().path(),
+                request_id,
+            )
+        })
+        .on_request(())
+        .on_response(
+            tower_http::trace::DefaultOnResponse::new()
+                .level(tracing::Level::INFO)
+                .latency_unit(tower_http::LatencyUnit::Millis),
+        )
+}
+
 /// The complete HTTP application.
 pub fn router(state: AppState) -> Router {
     let (router, _) = routes().split_for_parts();
@@ -243,7 +273,7 @@ pub fn router(state: AppState) -> Router {
         .layer(CatchPanicLayer::custom(|_| {
             ApiError::internal(&"handler panicked").into_response()
         }))
-        .layer(TraceLayer::new_for_http())
+        .layer(access_log())
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
 }
