@@ -427,9 +427,16 @@ async fn check_sqlite_file(uri: &str, local: &LocalPaths) -> Result<(), CatalogE
         )));
     }
     let (path, local) = (std::path::PathBuf::from(&file), local.clone());
-    storage::blocking(move || local.check(&path))
-        .await
-        .map_err(|e| CatalogError::reading(&file, e))
+    // A missing file is the caller's mistake (404 from the storage), not an unreachable
+    // catalog; SQLite would only say it cannot open it.
+    storage::blocking(move || {
+        local.check(&path)?;
+        std::fs::metadata(&path).map(|_| ()).map_err(|e| {
+            iceberg::Error::new(iceberg::ErrorKind::DataInvalid, e.to_string()).with_source(e)
+        })
+    })
+    .await
+    .map_err(|e| CatalogError::reading(&file, e))
 }
 
 /// How long a catalog call may take by default (`catalog.timeout`).

@@ -109,6 +109,16 @@ async fn only_files_below_the_allowed_directories_are_read() {
     );
     assert!(!inside.dir.path().join("new.db").exists());
 
+    // A catalog file that is not there is the caller's mistake, not an unreachable catalog.
+    let mut missing = inside.registration("shop.orders", json!({}));
+    missing["catalog"]["uri"] = json!(format!("sqlite:{}/nope.db", inside.dir.path().display()));
+    let (status, problem) = node.post("/v1/tables", &missing).await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (422, Some("storage_not_found")),
+        "{problem}"
+    );
+
     let (_, tables) = node.get("/v1/tables").await;
     assert_eq!(tables["tables"].as_array().unwrap().len(), 1, "{tables}");
     node.shutdown().await;
