@@ -398,20 +398,11 @@ pub async fn authorize(
             // Not a table id: the handler answers it as a bad path; nothing to show.
             None => access.reads_all(),
         },
-        Need::Subscription => {
-            if access.reads_all() {
-                true
-            } else {
-                match id() {
-                    Some(id_or_name) => match subscription_id(&state, id_or_name).await {
-                        Ok(Some(id)) => access.consumes(id),
-                        Ok(None) => false,
-                        Err(error) => return error.into_response(),
-                    },
-                    None => false,
-                }
-            }
-        }
+        Need::Subscription if access.reads_all() => true,
+        Need::Subscription => match subscription_id(&state, id().unwrap_or_default()).await {
+            Ok(found) => found.is_some_and(|id| access.consumes(id)),
+            Err(error) => return error.into_response(),
+        },
     };
     if !allowed {
         let needs = match need {
@@ -426,7 +417,10 @@ pub async fn authorize(
 }
 
 /// The id of the subscription `id_or_name` names, if any.
-async fn subscription_id(state: &AppState, id_or_name: &str) -> Result<Option<Uuid>, ApiError> {
+pub(super) async fn subscription_id(
+    state: &AppState,
+    id_or_name: &str,
+) -> Result<Option<Uuid>, ApiError> {
     match state.store.find_subscription(id_or_name).await {
         Ok(subscription) => Ok(Some(subscription.id)),
         Err(crate::store::StoreError::NotFound) => Ok(None),

@@ -11,7 +11,7 @@ use uuid::Uuid;
 use axum::extract::Extension;
 
 use super::AppState;
-use super::auth::{Access, STREAM_TOKEN_TTL, Scope, new_token, token_hash};
+use super::auth::{Access, STREAM_TOKEN_TTL, Scope, new_token, subscription_id, token_hash};
 use super::error::{ApiError, Problem};
 use super::extract::{Json, Path};
 use crate::store::{ApiToken, StoreError};
@@ -76,13 +76,17 @@ pub struct TokenList {
     pub tokens: Vec<TokenView>,
 }
 
-fn auth_off() -> ApiError {
-    ApiError::new(
+/// Tokens mean something only where they are checked: `409 auth_disabled` otherwise.
+fn require_auth(state: &AppState) -> Result<(), ApiError> {
+    if state.auth.enabled() {
+        return Ok(());
+    }
+    Err(ApiError::new(
         StatusCode::CONFLICT,
         "auth_disabled",
         "authentication is off on this node, so tokens would not be checked: set \
          auth.admin_token (ICEFEED_AUTH__ADMIN_TOKEN) and call with it",
-    )
+    ))
 }
 
 fn invalid(code: &'static str, field: &str, detail: String) -> ApiError {
@@ -106,17 +110,14 @@ async fn resolve_scopes(state: &AppState, scopes: &[String]) -> Result<Vec<Strin
     for text in scopes {
         let scope = match text.split_once(':') {
             Some(("subscription", id_or_name)) if !id_or_name.is_empty() => {
-                match state.store.find_subscription(id_or_name).await {
-                    Ok(s) => Scope::Subscription(s.id),
-                    Err(StoreError::NotFound) => {
-                        return Err(invalid(
-                            "subscription_not_found",
-                            "scopes",
-                            format!("scope {text:?}: no subscription {id_or_name:?}"),
-                        ));
-                    }
-                    Err(e) => return Err(e.into()),
-                }
+                let id = subscription_id(state, id_or_name).await?.ok_or_else(|| {
+                    invalid(
+                        "subscription_not_found",
+                        "scopes",
+                        format!("scope {text:?}: no subscription {id_or_name:?}"),
+                    )
+                })?;
+                Scope::Subscription(id)
             }
             _ => Scope::parse(text).ok_or_else(|| {
                 invalid(
@@ -167,9 +168,7 @@ pub async fn create_token(
     State(state): State<AppState>,
     Json(request): Json<CreateToken>,
 ) -> Result<impl IntoResponse, ApiError> {
-    if !state.auth.enabled() {
-        return Err(auth_off());
-    }
+    require_auth(&state)?;
     let name = request.name.trim();
     if name.is_empty() || name.chars().count() > MAX_NAME_CHARS {
         return Err(invalid(
@@ -213,9 +212,7 @@ pub async fn create_token(
     )
 )]
 pub async fn list_tokens(State(state): State<AppState>) -> Result<axum::Json<TokenList>, ApiError> {
-    if !state.auth.enabled() {
-        return Err(auth_off());
-    }
+    require_auth(&state)?;
     let tokens = state.store.list_tokens().await?;
     Ok(axum::Json(TokenList {
         tokens: tokens.into_iter().map(Into::into).collect(),
@@ -236,9 +233,7 @@ pub async fn revoke_token(
     State(state): State<AppState>,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    if !state.auth.enabled() {
-        return Err(auth_off());
-    }
+    require_auth(&state)?;
     let not_found = || ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no token {id}"));
     let uuid = Uuid::parse_str(&id).map_err(|_| not_found())?;
     match state.store.delete_token(uuid).await {
@@ -290,9 +285,7 @@ pub async fn create_stream_token(
     Extension(access): Extension<Access>,
     Json(request): Json<CreateStreamToken>,
 ) -> Result<impl IntoResponse, ApiError> {
-    if !state.auth.enabled() {
-        return Err(auth_off());
-    }
+    require_auth(&state)?;
     let not_a_stream = || {
         invalid(
             "invalid_stream_path",
@@ -311,10 +304,9 @@ pub async fn create_stream_token(
             access.reads_table(crate::store::TableId(id))
         }
         ["", "v1", "subscriptions", id, "stream"] if !id.is_empty() => {
-            match state.store.find_subscription(id).await {
-                Ok(s) => access.consumes(s.id),
-                Err(StoreError::NotFound) => access.reads_all(),
-                Err(e) => return Err(e.into()),
+            match subscription_id(&state, id).await? {
+                Some(id) => access.consumes(id),
+                None => access.reads_all(),
             }
         }
         _ => return Err(not_a_stream()),
