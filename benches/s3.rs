@@ -1,18 +1,23 @@
 //! Object-storage benchmark: the same taxi table on local disk and on a local S3 server
 //! (SeaweedFS, `scripts/seaweedfs.sh`), each followed by a node whose change store is
-//! beside it (a local directory; a prefix of the S3 bucket), in one run.
+//! beside it (a local directory; a prefix of the table's S3 bucket, where the server
+//! copies data files), and the S3 table once more with the change store in another
+//! bucket (copies pass through the node), in one run.
 //!
 //! `cargo bench --bench s3 -- [--rows 10000000] [--changed 50000]`
 //!
 //! Per side: the initial load (registration to the head's change set published), with the
-//! bytes the process read and wrote meanwhile (`/proc/self/io`: files and sockets), then
+//! bytes of data files the node copied through itself and those the S3 server copied
+//! (`icefeed_insert_bytes_copied_total`), then
 //! a scattered copy-on-write update of `--changed` rows (commit to published change set),
 //! whose events are counted through a subscription. The local table is a scratch copy of
 //! the one `--bench load` generates; the S3 table is generated with the same seeds into
 //! `s3://warehouse/bench-<rows>-<random>` and deleted at the end.
 //!
 //! PostgreSQL: `ICEFEED_BENCH_DATABASE_URL`; S3: `ICEFEED_BENCH_S3_URL` (default
-//! `http://127.0.0.1:8333`, keys `admin` / `adminsecret`).
+//! `http://127.0.0.1:8333`, keys `admin` / `adminsecret`); the other bucket is made with
+//! `weed shell` (`ICEFEED_BENCH_WEED`, by default what `scripts/seaweedfs.sh --binary`
+//! names).
 
 #[path = "load/cdc.rs"]
 #[allow(dead_code)]
@@ -27,6 +32,7 @@ mod generate;
 mod harness;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -46,6 +52,8 @@ use crate::database::{Database, node_settings};
 
 const DEFAULT_ADMIN_URL: &str = "postgres://icefeed:icefeed@127.0.0.1:5432/icefeed";
 const BUCKET: &str = "warehouse";
+/// A change store's bucket that is not the table's.
+const OTHER_BUCKET: &str = "bench-changes";
 
 /// Arguments after `--` of `cargo bench --bench s3`.
 #[derive(Debug, Parser)]
@@ -65,7 +73,8 @@ struct Args {
 /// One table and where its node keeps change sets.
 struct Side {
     name: &'static str,
-    catalog: SqlCatalog,
+    catalog: Arc<SqlCatalog>,
+    /// The table as generated; each side loads its current state.
     table: Table,
     registration: Value,
     change_store: String,
@@ -75,8 +84,8 @@ struct Side {
 /// What one side measured.
 struct Measured {
     load: Duration,
-    read_bytes: u64,
-    written_bytes: u64,
+    /// Bytes of data files copied through the node and by the S3 server.
+    copied: Copied,
     update: Duration,
     check: String,
 }
@@ -133,6 +142,7 @@ async fn run(args: &Args, admin_url: &str, endpoint: &str) -> anyhow::Result<()>
     let local_catalog = writer::open_sql_catalog(&scratch, generate::CATALOG_NAME).await?;
     let ident = iceberg::TableIdent::from_strs(["bench", "taxi"])?;
     let local_table = iceberg::Catalog::load_table(&local_catalog, &ident).await?;
+    let local_catalog = Arc::new(local_catalog);
     let changes = tempfile::Builder::new()
         .prefix("icefeed-bench-changes")
         .tempdir()?;
@@ -147,16 +157,18 @@ async fn run(args: &Args, admin_url: &str, endpoint: &str) -> anyhow::Result<()>
         .prefix("icefeed-bench-s3")
         .tempdir()?;
     let warehouse = format!("s3://{BUCKET}/{prefix}/warehouse");
-    let s3_catalog = writer::open_sql_catalog_at(
-        s3_dir.path(),
-        generate::CATALOG_NAME,
-        &warehouse,
-        &file_io(endpoint),
-    )
-    .await?;
+    let s3_catalog = Arc::new(
+        writer::open_sql_catalog_at(
+            s3_dir.path(),
+            generate::CATALOG_NAME,
+            &warehouse,
+            &file_io(endpoint),
+        )
+        .await?,
+    );
     let started = Instant::now();
     println!("generating {} rows into {warehouse}", args.rows);
-    let s3_table = generate::generate_into(&s3_catalog, args.rows, max_rows).await?;
+    let s3_table = generate::generate_into(s3_catalog.as_ref(), args.rows, max_rows).await?;
     println!("  generated in {:.1}s", started.elapsed().as_secs_f64());
     let (db_file, _) = writer::catalog_paths(s3_dir.path())?;
     let mut s3_registration = local.registration();
@@ -175,45 +187,65 @@ async fn run(args: &Args, admin_url: &str, endpoint: &str) -> anyhow::Result<()>
             change_store_options: BTreeMap::new(),
         },
         Side {
-            name: "S3 (SeaweedFS)",
-            catalog: s3_catalog,
-            table: s3_table,
-            registration: s3_registration,
+            name: "S3, same bucket",
+            catalog: s3_catalog.clone(),
+            table: s3_table.clone(),
+            registration: s3_registration.clone(),
             change_store: format!("s3://{BUCKET}/{prefix}/changes"),
             change_store_options: store_options(endpoint),
         },
+        Side {
+            name: "S3, other bucket",
+            catalog: s3_catalog,
+            table: s3_table,
+            registration: s3_registration,
+            change_store: format!("s3://{OTHER_BUCKET}/{prefix}"),
+            change_store_options: store_options(endpoint),
+        },
     ];
+    // Left by an interrupted run, the bucket is there already; the run removes it.
+    weed_shell(
+        &format!("s3.bucket.create -name {OTHER_BUCKET}"),
+        "already exists",
+    )?;
     let mut results = Vec::new();
     for side in &sides {
         println!("{} ...", side.name);
         results.push(measure(side, args, admin_url).await?);
     }
-    remove_prefix(endpoint, &prefix).await?;
+    remove_prefix(endpoint, BUCKET, &prefix).await?;
+    remove_prefix(endpoint, OTHER_BUCKET, &prefix).await?;
+    weed_shell(&format!("s3.bucket.delete -name {OTHER_BUCKET}"), "")?;
 
     println!();
     println!(
-        "{:<16} {:>12} {:>12} {:>12} {:>14}  events",
-        "side", "load s", "read MB", "written MB", "update s"
+        "{:<16} {:>12} {:>14} {:>14} {:>14}  events",
+        "side", "load s", "by node MB", "by server MB", "update s"
     );
     for (side, m) in sides.iter().zip(&results) {
         println!(
-            "{:<16} {:>12.2} {:>12.1} {:>12.1} {:>14.2}  {}",
+            "{:<16} {:>12.2} {:>14.1} {:>14.1} {:>14.2}  {}",
             side.name,
             m.load.as_secs_f64(),
-            m.read_bytes as f64 / 1e6,
-            m.written_bytes as f64 / 1e6,
+            m.copied.node as f64 / 1e6,
+            m.copied.server as f64 / 1e6,
             m.update.as_secs_f64(),
             m.check
         );
     }
-    let (disk, s3) = (&results[0], &results[1]);
+    let disk = &results[0];
+    for (side, s3) in sides.iter().zip(&results).skip(1) {
+        println!(
+            "{} / local disk: initial load {:.2}x, scattered update of {} rows {:.2}x",
+            side.name,
+            s3.load.as_secs_f64() / disk.load.as_secs_f64(),
+            args.changed,
+            s3.update.as_secs_f64() / disk.update.as_secs_f64()
+        );
+    }
     println!(
-        "S3 / local disk: initial load {:.2}x, scattered update of {} rows {:.2}x",
-        s3.load.as_secs_f64() / disk.load.as_secs_f64(),
-        args.changed,
-        s3.update.as_secs_f64() / disk.update.as_secs_f64()
+        "(by node / by server: data files copied into insert segments during the initial load)"
     );
-    println!("(read/written: the whole process during the initial load, files and sockets)");
     Ok(())
 }
 
@@ -236,15 +268,16 @@ async fn measure_on(side: &Side, args: &Args, base: &str) -> anyhow::Result<Meas
     let mut registration = side.registration.clone();
     registration["poll_interval_ms"] = json!(100);
     registration["identifier_columns"] = json!(["trip_id"]);
-    let head = side
-        .table
+    let table =
+        iceberg::Catalog::load_table(side.catalog.as_ref(), side.table.identifier()).await?;
+    let head = table
         .metadata()
         .current_snapshot_id()
         .context("no snapshot")?;
-    let io = ProcessIo::now()?;
+    let copied_before = Copied::now(&client, base).await?;
     let id = register(&client, base, &registration).await?;
     let load = wait_checkpoint(&client, base, &id, head).await?;
-    let moved = ProcessIo::now()?.since(&io);
+    let copied = Copied::now(&client, base).await?.since(&copied_before);
     println!("  initial load {:.2}s", load.as_secs_f64());
 
     // A subscription after the head counts the update's events.
@@ -257,9 +290,9 @@ async fn measure_on(side: &Side, args: &Args, base: &str) -> anyhow::Result<Meas
     if !created.status().is_success() {
         bail!("subscription: {}", created.text().await?);
     }
-    let files = live_data_files(&side.table).await?;
+    let files = live_data_files(&table).await?;
     let plan = plan_scattered(&files, args.changed)?;
-    let (after, _) = commit_plan(&side.catalog, &side.table, &plan, Kind::Update).await?;
+    let (after, _) = commit_plan(side.catalog.as_ref(), &table, &plan, Kind::Update).await?;
     let snapshot = after
         .metadata()
         .current_snapshot_id()
@@ -277,8 +310,7 @@ async fn measure_on(side: &Side, args: &Args, base: &str) -> anyhow::Result<Meas
     };
     Ok(Measured {
         load,
-        read_bytes: moved.read,
-        written_bytes: moved.written,
+        copied,
         update,
         check,
     })
@@ -304,38 +336,74 @@ async fn count_events(client: &reqwest::Client, base: &str, name: &str) -> anyho
     }
 }
 
-/// Bytes this process read and wrote through system calls (files and sockets alike).
-struct ProcessIo {
-    read: u64,
-    written: u64,
+/// Bytes of data files copied into insert segments so far, by who moved them.
+struct Copied {
+    node: u64,
+    server: u64,
 }
 
-impl ProcessIo {
-    fn now() -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string("/proc/self/io")?;
-        let field = |name: &str| -> anyhow::Result<u64> {
+impl Copied {
+    async fn now(client: &reqwest::Client, base: &str) -> anyhow::Result<Self> {
+        let text = client
+            .get(format!("{base}/metrics"))
+            .send()
+            .await?
+            .error_for_status()?
+            .text()
+            .await?;
+        let by = |who: &str| {
+            let series = format!("icefeed_insert_bytes_copied_total{{by=\"{who}\"}} ");
             text.lines()
-                .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-                .with_context(|| format!("{name} in /proc/self/io"))
+                .find_map(|l| l.strip_prefix(series.as_str())?.trim().parse::<f64>().ok())
+                .unwrap_or(0.0) as u64
         };
         Ok(Self {
-            read: field("rchar:")?,
-            written: field("wchar:")?,
+            node: by("node"),
+            server: by("server"),
         })
     }
 
     fn since(&self, before: &Self) -> Self {
         Self {
-            read: self.read - before.read,
-            written: self.written - before.written,
+            node: self.node - before.node,
+            server: self.server - before.server,
         }
     }
 }
 
-/// Deletes everything the benchmark wrote below `prefix` of the bucket.
-async fn remove_prefix(endpoint: &str, prefix: &str) -> anyhow::Result<()> {
+/// Runs one `weed shell` command against the S3 server's master; a failure whose
+/// message contains `harmless` (when not empty) is none.
+fn weed_shell(command: &str, harmless: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let weed = match std::env::var("ICEFEED_BENCH_WEED") {
+        Ok(weed) => weed,
+        Err(_) => {
+            let out = std::process::Command::new("scripts/seaweedfs.sh")
+                .arg("--binary")
+                .output()?;
+            String::from_utf8(out.stdout)?.trim().to_string()
+        }
+    };
+    let mut child = std::process::Command::new(weed)
+        .args(["shell", "-master=127.0.0.1:9333"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("weed shell")?;
+    writeln!(child.stdin.take().context("stdin")?, "{command}")?;
+    let out = child.wait_with_output()?;
+    let said = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() && (harmless.is_empty() || !said.contains(harmless)) {
+        bail!("weed shell {command:?}: {said}");
+    }
+    Ok(())
+}
+
+/// Deletes everything the benchmark wrote below `prefix` of `bucket`.
+async fn remove_prefix(endpoint: &str, bucket: &str, prefix: &str) -> anyhow::Result<()> {
     use futures::{StreamExt, TryStreamExt};
-    let url = url::Url::parse(&format!("s3://{BUCKET}"))?;
+    let url = url::Url::parse(&format!("s3://{bucket}"))?;
     let (store, _) = object_store::parse_url_opts(&url, store_options(endpoint))?;
     let store: std::sync::Arc<dyn ObjectStore> = std::sync::Arc::from(store);
     let paths = store
@@ -344,7 +412,7 @@ async fn remove_prefix(endpoint: &str, prefix: &str) -> anyhow::Result<()> {
         .boxed();
     let deleted: Vec<_> = store.delete_stream(paths).try_collect().await?;
     println!(
-        "removed {} objects below s3://{BUCKET}/{prefix}",
+        "removed {} objects below s3://{bucket}/{prefix}",
         deleted.len()
     );
     Ok(())

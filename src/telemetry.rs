@@ -59,6 +59,12 @@ fn describe() {
         "icefeed_shuffle_spilled_partitions_total",
         "Spill partitions of map tasks whose input exceeded scheduler.map_memory_bytes"
     );
+    describe_counter!(
+        crate::changes::store::INSERT_BYTES_COPIED,
+        metrics::Unit::Bytes,
+        "Bytes of data files copied into insert segments, by who moved them: the S3 server \
+         (the change store is the table's bucket) or the node"
+    );
     describe_gauge!(
         "icefeed_table_snapshots_behind",
         "Snapshots committed but not yet published"

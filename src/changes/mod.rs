@@ -3,6 +3,7 @@
 pub mod json;
 pub mod position;
 pub mod segment;
+pub mod server_copy;
 pub mod store;
 pub mod subscription_cursor;
 pub mod writer;

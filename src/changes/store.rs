@@ -19,6 +19,7 @@ use parquet::file::properties::WriterProperties;
 use url::Url;
 
 use super::ReadSchema;
+use super::server_copy::S3Home;
 use crate::changelog::read::stream_data_file;
 use crate::changelog::{DeleteCache, FileRows};
 use crate::store::TableId;
@@ -60,7 +61,12 @@ pub struct ChangeStore {
     objects: Arc<dyn ObjectStore>,
     root: Path,
     location: String,
+    /// The bucket when the store is on S3: data files there are copied by the server.
+    s3: Option<Arc<S3Home>>,
 }
+
+/// Bytes of data files copied into insert segments, by who moved them (`server`, `node`).
+pub const INSERT_BYTES_COPIED: &str = "icefeed_insert_bytes_copied_total";
 
 /// A segment written to the change store.
 #[derive(Clone, Debug)]
@@ -81,21 +87,23 @@ impl ChangeStore {
         options: &BTreeMap<String, String>,
     ) -> Result<Self, ChangeStoreError> {
         let bad = |e: String| ChangeStoreError::Location(location.to_string(), e);
-        let (objects, root): (Arc<dyn ObjectStore>, Path) = if location.contains("://") {
+        let (objects, root, s3): (Arc<dyn ObjectStore>, Path, _) = if location.contains("://") {
             let url = Url::parse(location).map_err(|e| bad(e.to_string()))?;
             let (store, root) =
                 object_store::parse_url_opts(&url, options).map_err(|e| bad(e.to_string()))?;
-            (Arc::from(store), root)
+            let s3 = S3Home::of(&url, options).map(Arc::new);
+            (Arc::from(store), root, s3)
         } else {
             std::fs::create_dir_all(location).map_err(|e| bad(e.to_string()))?;
             let store =
                 LocalFileSystem::new_with_prefix(location).map_err(|e| bad(e.to_string()))?;
-            (Arc::new(store), Path::default())
+            (Arc::new(store), Path::default(), None)
         };
         Ok(Self {
             objects,
             root,
             location: location.to_string(),
+            s3,
         })
     }
 
@@ -129,9 +137,11 @@ impl ChangeStore {
     /// Copies an Iceberg data file byte for byte into the store under `key`, after
     /// checking that its footer holds `expected_rows` rows: insert-only change sets need
     /// no re-encoding, so they cost a file copy rather than a decode and re-write.
-    /// `size` is the file's size as its manifest entry gives it: a file small enough
-    /// for one PUT is read in one GET (on an object store each request is a round trip,
-    /// and most data files are small); a larger one is streamed in parts.
+    /// A file in the store's own S3 bucket is copied by the server (see [`S3Home`]).
+    /// Otherwise it passes through the node: `size` is the file's size as its manifest
+    /// entry gives it, and a file small enough for one PUT is read in one GET (on an
+    /// object store each request is a round trip, and most data files are small); a
+    /// larger one is streamed in parts.
     pub async fn copy_data_file(
         &self,
         file_io: &FileIO,
@@ -140,6 +150,14 @@ impl ChangeStore {
         size: u64,
         key: &str,
     ) -> Result<StoredSegment, ChangeStoreError> {
+        if let Some(home) = &self.s3
+            && let Some(from) = home.source_key(source, size, file_io.config().props())
+            && let Some(stored) = self
+                .copy_on_server(home, file_io, source, &from, expected_rows, key)
+                .await?
+        {
+            return Ok(stored);
+        }
         let input = file_io.new_input(source)?;
         let target = self.full(key);
         let (rows, size) = if size <= SINGLE_PUT_LIMIT {
@@ -165,11 +183,59 @@ impl ChangeStore {
             upload.finish().await?;
             (rows, size)
         };
+        metrics::counter!(INSERT_BYTES_COPIED, "by" => "node").increment(size);
         Ok(StoredSegment {
             path: key.to_string(),
             rows: rows as i64,
             size: size as i64,
         })
+    }
+
+    /// Has the S3 server copy `source` (key `from` of the store's bucket) to `key`, after
+    /// checking its footer through `file_io`. `None` when the server would not: the
+    /// caller copies through the node, and when the refusal will last (no permission to
+    /// read the table's files, no CopyObject), so do later copies.
+    async fn copy_on_server(
+        &self,
+        home: &S3Home,
+        file_io: &FileIO,
+        source: &str,
+        from: &Path,
+        expected_rows: u64,
+        key: &str,
+    ) -> Result<Option<StoredSegment>, ChangeStoreError> {
+        let input = file_io.new_input(source)?;
+        let size = input.metadata().await?.size;
+        let rows = footer_rows(input.reader().await?.as_ref(), size, source).await?;
+        check_rows(source, rows, expected_rows)?;
+        match self.objects.copy(from, &self.full(key)).await {
+            Ok(()) => {
+                metrics::counter!(INSERT_BYTES_COPIED, "by" => "server").increment(size);
+                Ok(Some(StoredSegment {
+                    path: key.to_string(),
+                    rows: rows as i64,
+                    size: size as i64,
+                }))
+            }
+            Err(e) => {
+                use object_store::Error as E;
+                let lasting = matches!(
+                    e,
+                    E::PermissionDenied { .. }
+                        | E::Unauthenticated { .. }
+                        | E::NotSupported { .. }
+                        | E::NotImplemented { .. }
+                );
+                if lasting {
+                    home.refuse();
+                }
+                tracing::warn!(
+                    error = %e, source, lasting,
+                    "the S3 server did not copy a data file; copying it through the node"
+                );
+                Ok(None)
+            }
+        }
     }
 
     /// Writes the rows `rows` selects of an Iceberg data file (one that has deletes) into

@@ -2,9 +2,10 @@
 //! Storage (Azurite, started by `scripts/azurite.sh`). Each keeps a history with a
 //! copy-on-write rewrite (segments and shuffle files), cleans the shuffle files and, when
 //! the table is deleted, its segments; and copies a data file larger than one upload in
-//! parts. Google Cloud Storage is missing: `object_store` writes through GCS's XML API,
-//! which fake-gcs-server does not serve (it answers `PUT /bucket/object` as a JSON-API
-//! upload without `uploadType`); tables on GCS are tested in `gcs.rs`.
+//! parts, or, from the change store's own bucket, by the S3 server. Google Cloud Storage
+//! is missing: `object_store` writes through GCS's XML API, which fake-gcs-server does not
+//! serve (it answers `PUT /bucket/object` as a JSON-API upload without `uploadType`);
+//! tables on GCS are tested in `gcs.rs`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -155,21 +156,10 @@ async fn a_data_file_larger_than_one_upload_is_copied_to_azure_in_parts() {
 }
 
 async fn copies_a_large_data_file_in_parts(store: ChangeStore) {
-    use arrow::array::{RecordBatch, StringArray};
-    use rand::distr::{Alphanumeric, SampleString};
-    use rand::{SeedableRng, rngs::StdRng};
-
-    // Random 1000-character names, so that zstd keeps the one data file above the 16 MiB
-    // a single upload carries: the change store copies it in 8 MiB parts.
+    // Names zstd cannot shrink keep the one data file above the 16 MiB a single upload
+    // carries: the change store copies it in 8 MiB parts.
     let rows = 30_000;
-    let mut rng = StdRng::seed_from_u64(13);
-    let names: Vec<String> = (0..rows)
-        .map(|_| Alphanumeric.sample_string(&mut rng, 1000))
-        .collect();
-    let base = orders(1..=rows as i64);
-    let mut columns = base.columns().to_vec();
-    columns[1] = Arc::new(StringArray::from(names.clone()));
-    let batch = RecordBatch::try_new(base.schema(), columns).unwrap();
+    let (batch, names) = orders_with_random_names(rows, 13);
     let wh = Warehouse::new().await;
     let created = wh.create("shop.orders", orders_schema(), None).await;
     let table = wh.append(&created, &[batch]).await;
@@ -202,4 +192,107 @@ async fn copies_a_large_data_file_in_parts(store: ChangeStore) {
         assert_eq!(event["after"]["name"], name.as_str());
     }
     node.shutdown().await;
+}
+
+/// A data file whose bucket the change store lives in is copied by the S3 server
+/// (CopyObject): every S3 request of the node passes a recording proxy, and only footer
+/// reads of the file do. With the change store in another bucket, the same table's file
+/// passes through the node, read and written whole.
+#[tokio::test]
+async fn data_files_in_the_change_stores_bucket_are_copied_by_the_s3_server() {
+    use crate::fault_proxy::FaultProxy;
+    use object_store::ObjectStoreExt;
+
+    let wh = Warehouse::on_s3().await;
+    let created = wh.create("shop.orders", orders_schema(), None).await;
+    let (batch, names) = orders_with_random_names(3_000, 17);
+    let table = wh.append(&created, &[batch]).await;
+    let files = icefeed::demo::rewrite::live_data_files(&table)
+        .await
+        .unwrap();
+    assert_eq!(files.len(), 1);
+    let (file, size) = (files[0].file_path(), files[0].file_size_in_bytes());
+    assert!(size > 1 << 20, "the data file has {size} bytes");
+
+    let proxy = FaultProxy::start(&s3::endpoint()).await;
+    proxy.script(".parquet", []);
+    let mut registration = wh.registration("shop.orders", json!({}));
+    registration["catalog"]["properties"]["s3.endpoint"] = json!(proxy.url);
+    let mut options = s3::change_store_options();
+    options.insert("aws_endpoint".into(), proxy.url.clone());
+    let other_bucket = format!(
+        "changes-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    );
+    s3::weed_shell(&format!("s3.bucket.create -name {other_bucket}"));
+
+    let mut moved = Vec::new();
+    for bucket in [s3::BUCKET, other_bucket.as_str()] {
+        let store = ChangeStore::at(&format!("s3://{bucket}"), options.clone()).await;
+        let before: usize = exchanged(&proxy);
+        let node = Node::start(store.settings.clone()).await;
+        let id = node.register(&registration).await;
+        node.wait_for_checkpoint(&id, head(&table)).await;
+        moved.push(exchanged(&proxy) - before);
+
+        let (events, _) = node.all_events(&id, None, 10_000).await;
+        let got: Vec<&str> = events
+            .iter()
+            .map(|e| e["after"]["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(got, names.iter().map(String::as_str).collect::<Vec<_>>());
+        let segments = store.list(&format!("tables/{id}")).await;
+        assert_eq!(segments.len(), 1, "{segments:?}");
+        let direct = s3::bucket(bucket);
+        let segment = direct.get(&segments[0].0.as_str().into()).await.unwrap();
+        let source_key = file.strip_prefix(&format!("s3://{}/", s3::BUCKET)).unwrap();
+        let source = s3::bucket(s3::BUCKET)
+            .get(&source_key.into())
+            .await
+            .unwrap();
+        assert!(
+            segment.bytes().await.unwrap() == source.bytes().await.unwrap(),
+            "the segment is the data file, byte for byte"
+        );
+        assert_eq!(node.delete(&format!("/v1/tables/{id}")).await, 204);
+        node.shutdown().await;
+    }
+    s3::weed_shell(&format!("s3.bucket.delete -name {other_bucket}"));
+    let size = size as usize;
+    assert!(
+        moved[0] < size / 10,
+        "same bucket: {} bytes of a {size}-byte file passed the node",
+        moved[0]
+    );
+    assert!(
+        moved[1] >= 2 * size,
+        "another bucket: the file is read and written through the node ({} bytes moved)",
+        moved[1]
+    );
+}
+
+/// Bytes of the request and answer bodies the proxy forwarded on its scripted path.
+fn exchanged(proxy: &crate::fault_proxy::FaultProxy) -> usize {
+    proxy
+        .exchanges()
+        .iter()
+        .map(|(request, answer)| request.len() + answer.len())
+        .sum()
+}
+
+/// `rows` orders with random 1000-character names (seeded), which zstd cannot shrink:
+/// the data file holds about `rows` KB. Returns the batch and the names.
+fn orders_with_random_names(rows: usize, seed: u64) -> (arrow::array::RecordBatch, Vec<String>) {
+    use arrow::array::{RecordBatch, StringArray};
+    use rand::distr::{Alphanumeric, SampleString};
+    use rand::{SeedableRng, rngs::StdRng};
+
+    let mut rng = StdRng::seed_from_u64(seed);
+    let names: Vec<String> = (0..rows)
+        .map(|_| Alphanumeric.sample_string(&mut rng, 1000))
+        .collect();
+    let base = orders(1..=rows as i64);
+    let mut columns = base.columns().to_vec();
+    columns[1] = Arc::new(StringArray::from(names.clone()));
+    (RecordBatch::try_new(base.schema(), columns).unwrap(), names)
 }
