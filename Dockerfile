@@ -42,7 +42,9 @@ COPY --from=builder /usr/local/bin/icefeed /usr/local/bin/icefeed
 USER 10001:10001
 WORKDIR /var/lib/icefeed
 # The default change store is a local directory: mount a volume there, or set an
-# s3://, gs:// or az:// URL. ICEFEED_DATABASE_URL must be set at run time.
+# s3://, gs:// or az:// URL. ICEFEED_DATABASE_URL must be set at run time. Catalogs,
+# object stores and OpenSearch on private addresses (a VPC, a cluster network) must be
+# listed in ICEFEED_NETWORK__ALLOWED_HOSTS (e.g. 10.0.0.0/8,minio.internal).
 ENV ICEFEED_LISTEN=0.0.0.0:8080 \
     ICEFEED_CHANGE_STORE=/var/lib/icefeed/changes
 EXPOSE 8080

@@ -435,7 +435,8 @@ impl Bench {
     /// index, one `_bulk` at a time; returns how many and the time the requests took. The
     /// bodies are made a chunk at a time, outside the timing, so that memory stays bounded.
     async fn bare_load(&mut self, limit: Option<u64>) -> anyhow::Result<(u64, Duration)> {
-        let client = OpenSearchClient::new(&self.bare)?;
+        let client =
+            OpenSearchClient::new(&self.bare, &icefeed::network::HostPolicy::unrestricted())?;
         let config = &self.bare.config;
         client
             .ensure_index(

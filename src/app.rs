@@ -49,7 +49,10 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
     store.migrate().await.context("applying migrations")?;
     let changes = ChangeStore::open(&settings.change_store, &settings.change_store_options)?;
     let node = settings.node_name();
-    let local_paths = crate::catalog::LocalPaths::only(&settings.catalog.local_paths);
+    let reach = crate::catalog::Reach {
+        local: crate::catalog::LocalPaths::only(&settings.catalog.local_paths),
+        hosts: settings.network.host_policy()?,
+    };
     let wake = Arc::new(Notify::new());
     let notifier = ChangeNotifier::new(stop.clone());
     let state = AppState {
@@ -61,7 +64,7 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
         metrics: crate::telemetry::metrics(),
         scheduler_wake: wake.clone(),
         auth: crate::api::auth::Authenticator::new(store.clone(), &settings.auth),
-        local_paths: local_paths.clone(),
+        reach: reach.clone(),
     };
     let listener = TcpListener::bind(settings.listen)
         .await
@@ -69,7 +72,7 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
     let addr = listener.local_addr()?;
     tracing::info!(%addr, node = %node, change_store = %changes.location(), "icefeed listening");
 
-    let catalogs = CatalogCache::new(settings.catalog.timeout, local_paths);
+    let catalogs = CatalogCache::new(settings.catalog.timeout, reach.clone());
     let runner = TaskRunner {
         context: TaskContext {
             store: store.clone(),
@@ -98,6 +101,7 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
         settings: settings.push.clone(),
         lease_ttl: settings.scheduler.lease_ttl,
         node: node.clone(),
+        hosts: state.reach.hosts.clone(),
     };
     background.spawn(pusher.run(stop.clone()));
     let scheduler = Scheduler::new(store, changes, settings.scheduler.clone(), node, catalogs);

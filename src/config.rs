@@ -38,6 +38,32 @@ pub struct Settings {
     pub catalog: CatalogSettings,
     /// Who may use the API.
     pub auth: AuthSettings,
+    /// Which hosts tables' settings may make the node connect to.
+    pub network: NetworkSettings,
+}
+
+/// The hosts beyond the public internet that catalogs, storage endpoints and push
+/// targets may be on.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NetworkSettings {
+    /// Host names, IP addresses and networks (CIDR) outside the public internet that a
+    /// table's catalog settings (the catalog service, storage endpoints, OAuth servers,
+    /// what a REST catalog's answers add) and push targets may name. None by default:
+    /// loopback, private, link-local (cloud metadata), carrier-grade NAT, unique-local
+    /// and other non-public addresses are refused, so that no client can make the node
+    /// reach its own network. In the environment a list separated by commas
+    /// (`ICEFEED_NETWORK__ALLOWED_HOSTS=10.0.0.0/8,catalog.internal`). A name is allowed
+    /// whatever it resolves to; public addresses always are.
+    #[serde(deserialize_with = "comma_list")]
+    pub allowed_hosts: Vec<String>,
+}
+
+impl NetworkSettings {
+    /// The policy these settings describe.
+    pub fn host_policy(&self) -> Result<crate::network::HostPolicy, ConfigError> {
+        crate::network::HostPolicy::allowing(&self.allowed_hosts).map_err(ConfigError::Invalid)
+    }
 }
 
 /// Authentication of API requests with bearer tokens.
@@ -234,6 +260,7 @@ impl Default for Settings {
             push: PushSettings::default(),
             catalog: CatalogSettings::default(),
             auth: AuthSettings::default(),
+            network: NetworkSettings::default(),
         }
     }
 }
@@ -319,6 +346,28 @@ where
     })
 }
 
+/// A list, or one string of items separated by commas.
+fn comma_list<'de, D>(deserializer: D) -> Result<Vec<String>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Items {
+        List(Vec<String>),
+        Joined(String),
+    }
+    Ok(match Items::deserialize(deserializer)? {
+        Items::List(items) => items,
+        Items::Joined(joined) => joined
+            .split(',')
+            .map(str::trim)
+            .filter(|i| !i.is_empty())
+            .map(str::to_string)
+            .collect(),
+    })
+}
+
 /// Settings that cannot work, found at start rather than at first use.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -346,6 +395,7 @@ const SETTINGS: &[&str] = &[
     "push",
     "catalog",
     "auth",
+    "network",
 ];
 
 fn is_setting(key: &str) -> bool {
@@ -415,6 +465,7 @@ impl Settings {
                 "api.stream_heartbeat must be positive".into(),
             ));
         }
+        self.network.host_policy()?;
         if let Some(token) = &self.auth.admin_token
             && token.expose().chars().count() < MIN_ADMIN_TOKEN_CHARS
         {
@@ -525,6 +576,35 @@ mod tests {
         let both = vec![std::path::PathBuf::from("/a"), "/b c".into()];
         assert_eq!(parse("[catalog]\nlocal_paths = [\"/a\", \"/b c\"]"), both);
         assert_eq!(parse("[catalog]\nlocal_paths = \"/a:/b c\""), both);
+    }
+
+    #[test]
+    fn every_section_is_read_from_the_environment() {
+        let defaults = serde_json::to_value(Settings::default()).unwrap();
+        for key in defaults.as_object().unwrap().keys() {
+            assert!(
+                is_setting(&key.to_ascii_uppercase()),
+                "{key} is not in SETTINGS"
+            );
+        }
+    }
+
+    #[test]
+    fn allowed_hosts_are_a_list_or_one_string_separated_by_commas() {
+        let parse = |toml: &str| -> Result<Settings, ConfigError> {
+            let settings: Settings = Figment::from(Serialized::defaults(Settings::default()))
+                .merge(Toml::string(toml))
+                .extract()
+                .unwrap();
+            settings.validate().map(|()| settings)
+        };
+        let both = vec!["10.0.0.0/8".to_string(), "catalog.internal".into()];
+        let list = parse("[network]\nallowed_hosts = [\"10.0.0.0/8\", \"catalog.internal\"]");
+        assert_eq!(list.unwrap().network.allowed_hosts, both);
+        let joined = parse("[network]\nallowed_hosts = \"10.0.0.0/8, catalog.internal\"");
+        assert_eq!(joined.unwrap().network.allowed_hosts, both);
+        let bad = parse("[network]\nallowed_hosts = \"10.0.0.0/40\"").unwrap_err();
+        assert!(bad.to_string().contains("network.allowed_hosts"), "{bad}");
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod changes;
 pub mod config;
 pub mod delivery;
 pub mod demo;
+pub mod network;
 pub mod secret;
 pub mod store;
 pub mod telemetry;

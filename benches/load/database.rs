@@ -45,13 +45,17 @@ pub fn node_settings(
     database_url: &str,
     change_store: &std::path::Path,
 ) -> icefeed::config::Settings {
-    use icefeed::config::{CatalogSettings, SchedulerSettings, Settings};
+    use icefeed::config::{CatalogSettings, NetworkSettings, SchedulerSettings, Settings};
     use std::time::Duration;
     Settings {
         // Benchmark tables are wherever `--dir` puts them.
         catalog: CatalogSettings {
             local_paths: vec!["/".into()],
             ..CatalogSettings::default()
+        },
+        // The S3 server and OpenSearch of the benchmarks listen on loopback.
+        network: NetworkSettings {
+            allowed_hosts: vec!["127.0.0.0/8".into(), "localhost".into()],
         },
         database_url: database_url.to_string(),
         listen: ([127, 0, 0, 1], 0).into(),

@@ -144,8 +144,11 @@ impl HadoopTable {
     pub async fn load(&self) -> anyhow::Result<Table> {
         let config = icefeed::catalog::CatalogConfig::from_json(&self.registration()["catalog"])?;
         let ident = TableIdent::from_strs([NAMESPACE, TABLE])?;
-        let local = icefeed::catalog::LocalPaths::only(&[self.warehouse()]);
-        Ok(config.load_table(&ident, &local).await?)
+        let reach = icefeed::catalog::Reach {
+            local: icefeed::catalog::LocalPaths::only(&[self.warehouse()]),
+            ..Default::default()
+        };
+        Ok(config.load_table(&ident, &reach).await?)
     }
 
     /// Runs `steps` (without `table`: this one's is added to the first) with `writer`;

@@ -10,6 +10,7 @@ use utoipa::ToSchema;
 use crate::catalog::{CatalogError, StorageFault};
 use crate::changes::{ChangeStoreError, CursorError};
 use crate::delivery::FeedError;
+use crate::network::{HOST_NOT_ALLOWED, HostRefused};
 use crate::store::StoreError;
 
 /// An RFC 9457 problem document.
@@ -155,7 +156,18 @@ impl From<CatalogError> for ApiError {
                 Self::new(status, fault.code(), detail).with("location", location)
             }
             CatalogError::Iceberg(_) => Self::new(StatusCode::BAD_GATEWAY, "catalog_error", detail),
+            // Like a local path outside `catalog.local_paths`: the operator's setting.
+            CatalogError::HostRefused(refused) => refused.into(),
         }
+    }
+}
+
+impl From<HostRefused> for ApiError {
+    fn from(refused: HostRefused) -> Self {
+        // Like a local path outside `catalog.local_paths`: the operator's setting, nothing
+        // to fix in the request.
+        Self::new(StatusCode::FORBIDDEN, HOST_NOT_ALLOWED, refused.to_string())
+            .with("field", refused.what)
     }
 }
 

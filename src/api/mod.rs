@@ -54,8 +54,9 @@ pub struct AppState {
     pub scheduler_wake: Arc<Notify>,
     /// Verifies bearer tokens.
     pub auth: auth::Authenticator,
-    /// Where tables' local files may be (`catalog.local_paths`).
-    pub local_paths: crate::catalog::LocalPaths,
+    /// Where tables' local files may be and which hosts may be reached
+    /// (`catalog.local_paths`, `network.allowed_hosts`).
+    pub reach: crate::catalog::Reach,
 }
 
 impl AppState {
@@ -183,10 +184,20 @@ fn declare_security(api: &mut utoipa::openapi::OpenApi) {
                 "401".into(),
                 problem("No token, or one that is unknown, revoked or expired (`unauthenticated`, `invalid_token`)").into(),
             );
-            operation.responses.responses.insert(
-                "403".into(),
-                problem("The token's scopes do not allow this operation (`forbidden`)").into(),
-            );
+            // An operation's own 403 (settings the node refuses) adds to the scopes'.
+            let forbidden = "The token's scopes do not allow this operation (`forbidden`)";
+            let own = match operation.responses.responses.get("403") {
+                Some(utoipa::openapi::RefOr::T(own)) => {
+                    let mut own = own.description.chars();
+                    let first = own.next().map(|c| c.to_ascii_lowercase());
+                    format!("{forbidden}; or {}{}", first.unwrap_or(' '), own.as_str())
+                }
+                _ => forbidden.to_string(),
+            };
+            operation
+                .responses
+                .responses
+                .insert("403".into(), problem(&own).into());
         }
     }
 }

@@ -2,6 +2,7 @@
 //! shown without secrets, and loading a table's current metadata.
 
 mod filesystem;
+mod reach;
 mod redact;
 mod storage;
 
@@ -19,6 +20,7 @@ use iceberg_catalog_sql::SqlCatalogBuilder;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+pub use reach::Reach;
 pub use redact::{REDACTED, redact};
 pub use storage::{LocalPaths, StorageFault, TableStorageFactory, describe as storage_cause};
 
@@ -154,6 +156,10 @@ pub enum CatalogError {
     /// Reading table metadata failed.
     #[error("reading table metadata failed: {0}")]
     Iceberg(#[from] iceberg::Error),
+    /// The settings name a host outside the public internet that
+    /// `network.allowed_hosts` does not list.
+    #[error(transparent)]
+    HostRefused(#[from] crate::network::HostRefused),
 }
 
 impl CatalogError {
@@ -252,10 +258,10 @@ impl CatalogConfig {
         &self,
         ident: &TableIdent,
         timeout: Duration,
-        local: &LocalPaths,
+        reach: &Reach,
     ) -> Result<Table, CatalogError> {
         let loading = async {
-            let table = self.load_table(ident, local).await?;
+            let table = self.load_table(ident, reach).await?;
             check_readable(&table).await?;
             Ok(table)
         };
@@ -268,11 +274,11 @@ impl CatalogConfig {
     }
 
     /// Connects and loads the table's current metadata (without a deadline: see
-    /// [`CatalogConfig::load_checked`] and [`CatalogCache`]).
+    /// [`CatalogConfig::load_checked`] and [`CatalogCache`]), within `reach`.
     pub async fn load_table(
         &self,
         ident: &TableIdent,
-        local: &LocalPaths,
+        reach: &Reach,
     ) -> Result<Table, CatalogError> {
         match self {
             CatalogConfig::Filesystem {
@@ -280,29 +286,45 @@ impl CatalogConfig {
                 metadata_location,
                 properties,
             } => {
-                filesystem::load(
+                reach.check_settings(self).await?;
+                let table = filesystem::load(
                     ident,
                     warehouse.as_deref(),
                     metadata_location.as_deref(),
                     properties,
-                    local,
+                    &reach.local,
                 )
-                .await
+                .await?;
+                reach.check_loaded(&table).await?;
+                Ok(table)
             }
             _ => {
-                let catalog = self.connect(local).await?;
-                load_from(catalog.as_ref(), ident).await
+                let catalog = self.connect(reach).await?;
+                load_from(catalog.as_ref(), ident, reach).await
             }
         }
     }
 
-    /// Connects to a catalog service (not used for filesystem tables); a SQLite catalog
-    /// file must be where `local` allows, like every local file its tables name.
-    pub async fn connect(&self, local: &LocalPaths) -> Result<Arc<dyn Catalog>, CatalogError> {
-        if let CatalogConfig::Sql { uri, .. } = self {
-            check_sqlite_file(uri, local).await?;
+    /// The properties of the settings (catalog and FileIO properties).
+    pub fn properties(&self) -> &BTreeMap<String, String> {
+        match self {
+            CatalogConfig::Sql { properties, .. }
+            | CatalogConfig::Rest { properties, .. }
+            | CatalogConfig::Filesystem { properties, .. }
+            | CatalogConfig::Glue { properties, .. }
+            | CatalogConfig::Hive { properties, .. } => properties,
         }
-        let storage = Arc::new(TableStorageFactory::new(local.clone()));
+    }
+
+    /// Connects to a catalog service (not used for filesystem tables) whose hosts are
+    /// within `reach`; a SQLite catalog file must be where it allows, like every local
+    /// file its tables name.
+    pub async fn connect(&self, reach: &Reach) -> Result<Arc<dyn Catalog>, CatalogError> {
+        reach.check_settings(self).await?;
+        if let CatalogConfig::Sql { uri, .. } = self {
+            check_sqlite_file(uri, &reach.local).await?;
+        }
+        let storage = Arc::new(TableStorageFactory::new(reach.local.clone()));
         let catalog: Arc<dyn Catalog> = match self {
             CatalogConfig::Sql {
                 uri,
@@ -336,6 +358,12 @@ impl CatalogConfig {
                     &[("uri", Some(uri)), ("warehouse", warehouse.as_ref())],
                 );
                 let catalog = RestCatalogBuilder::default()
+                    .with_client(
+                        reach
+                            .hosts
+                            .http_client()
+                            .map_err(|e| CatalogError::Unreachable(e.to_string()))?,
+                    )
                     .with_storage_factory(storage)
                     .load("rest", props)
                     .await
@@ -470,7 +498,7 @@ pub async fn within<T>(
 pub struct CatalogCache {
     connected: Arc<std::sync::Mutex<HashMap<String, Connected>>>,
     timeout: Duration,
-    local: LocalPaths,
+    reach: Reach,
 }
 
 #[derive(Clone)]
@@ -483,13 +511,13 @@ struct Connected {
 pub const CATALOG_RENEWAL: std::time::Duration = std::time::Duration::from_secs(15 * 60);
 
 impl CatalogCache {
-    /// A cache whose loads each have `timeout` (`catalog.timeout`) and read local files
-    /// only where `local` allows (`catalog.local_paths`).
-    pub fn new(timeout: Duration, local: LocalPaths) -> Self {
+    /// A cache whose loads each have `timeout` (`catalog.timeout`) and stay within
+    /// `reach` (`catalog.local_paths`, `network.allowed_hosts`).
+    pub fn new(timeout: Duration, reach: Reach) -> Self {
         Self {
             connected: Default::default(),
             timeout,
-            local,
+            reach,
         }
     }
 
@@ -502,7 +530,7 @@ impl CatalogCache {
     ) -> Result<Table, CatalogError> {
         let doing = || format!("loading table {}", display_ident(ident));
         if let CatalogConfig::Filesystem { .. } = config {
-            return within(self.timeout, doing, config.load_table(ident, &self.local)).await;
+            return within(self.timeout, doing, config.load_table(ident, &self.reach)).await;
         }
         let key = serde_json::to_string(config).expect("catalog settings serialize");
         let loaded = within(
@@ -536,7 +564,7 @@ impl CatalogCache {
         let catalog = match cached {
             Some(connected) => connected.catalog,
             None => {
-                let catalog = config.connect(&self.local).await?;
+                let catalog = config.connect(&self.reach).await?;
                 let connected = Connected {
                     catalog: catalog.clone(),
                     at: std::time::Instant::now(),
@@ -548,12 +576,18 @@ impl CatalogCache {
                 catalog
             }
         };
-        load_from(catalog.as_ref(), ident).await
+        load_from(catalog.as_ref(), ident, &self.reach).await
     }
 }
 
-async fn load_from(catalog: &dyn Catalog, ident: &TableIdent) -> Result<Table, CatalogError> {
-    catalog.load_table(ident).await.map_err(|e| {
+/// Loads the table from a connected catalog; its storage settings, the catalog's
+/// answer included, must be within `reach`.
+async fn load_from(
+    catalog: &dyn Catalog,
+    ident: &TableIdent,
+    reach: &Reach,
+) -> Result<Table, CatalogError> {
+    let table = catalog.load_table(ident).await.map_err(|e| {
         if is_not_found(&e) {
             CatalogError::TableNotFound(display_ident(ident))
         } else if StorageFault::of(&e).is_some() {
@@ -565,7 +599,9 @@ async fn load_from(catalog: &dyn Catalog, ident: &TableIdent) -> Result<Table, C
         } else {
             CatalogError::Iceberg(e)
         }
-    })
+    })?;
+    reach.check_loaded(&table).await?;
+    Ok(table)
 }
 
 /// Checks that the table's files can be read with the credentials it was loaded with:

@@ -52,6 +52,11 @@ impl From<CatalogError> for SyncError {
                 SyncError::Transient(format!("{}: {e}", fault.code()))
             }
             CatalogError::Timeout { .. } => SyncError::Transient(format!("catalog_timeout: {e}")),
+            // Waiting will not change the operator's mind.
+            CatalogError::HostRefused(_) => SyncError::Table {
+                message: format!("{}: {e}", crate::network::HOST_NOT_ALLOWED),
+                snapshot: None,
+            },
             _ => SyncError::Transient(e.to_string()),
         }
     }

@@ -13,6 +13,7 @@ mod gcs;
 mod hangs;
 mod hostile;
 mod local_paths;
+mod network;
 mod nodes;
 mod object_storage;
 mod openapi;

@@ -45,6 +45,10 @@ pub(crate) fn spawn_node_with(
         .env("ICEFEED_LISTEN", format!("127.0.0.1:{port}"))
         .env("ICEFEED_CHANGE_STORE", store)
         .env("ICEFEED_CATALOG__LOCAL_PATHS", std::env::temp_dir())
+        .env(
+            "ICEFEED_NETWORK__ALLOWED_HOSTS",
+            crate::support::LOOPBACK.join(","),
+        )
         .env("ICEFEED_NODE_ID", name)
         .env("ICEFEED_SCHEDULER__TICK", "50ms")
         .env("ICEFEED_SCHEDULER__LEASE_TTL", "3s")

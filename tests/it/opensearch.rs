@@ -25,7 +25,10 @@ fn client(endpoints: &[&str], index: &str) -> (OpenSearchClient, PushTarget) {
         "index_settings": {"number_of_shards": 1, "number_of_replicas": 0},
     }))
     .unwrap();
-    (OpenSearchClient::new(&target).unwrap(), target)
+    (
+        OpenSearchClient::new(&target, &icefeed::network::HostPolicy::unrestricted()).unwrap(),
+        target,
+    )
 }
 
 /// Quick retries, so that tests of throttling stay fast.
@@ -175,11 +178,16 @@ async fn a_mapping_conflict_rejects_exactly_that_document() {
         "mappings": {"properties": {"n": {"type": "long"}}},
     }))
     .unwrap();
-    let client = OpenSearchClient::new(&target).unwrap();
+    let client =
+        OpenSearchClient::new(&target, &icefeed::network::HostPolicy::unrestricted()).unwrap();
     ensure(&client, &target).await;
     // A second call (and a second client) find the index there.
     ensure(&client, &target).await;
-    ensure(&OpenSearchClient::new(&target).unwrap(), &target).await;
+    ensure(
+        &OpenSearchClient::new(&target, &icefeed::network::HostPolicy::unrestricted()).unwrap(),
+        &target,
+    )
+    .await;
 
     let outcomes = send(
         &client,

@@ -64,8 +64,13 @@ pub fn test_settings(database_url: &str, change_store: &Path) -> Settings {
     s.api.shutdown_grace = Duration::from_secs(5);
     // Test tables live in temporary directories.
     s.catalog.local_paths = vec![std::env::temp_dir()];
+    // The test servers (catalogs, object stores, OpenSearch) listen on loopback.
+    s.network.allowed_hosts = LOOPBACK.iter().map(|h| h.to_string()).collect();
     s
 }
+
+/// The hosts of the test servers, which `network.allowed_hosts` lists for test nodes.
+pub const LOOPBACK: &[&str] = &["127.0.0.0/8", "::1", "localhost"];
 
 /// A node running in this process, with an HTTP client for it.
 pub struct Node {

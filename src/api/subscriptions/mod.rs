@@ -244,6 +244,7 @@ fn validate_name(name: &str) -> Result<(), ApiError> {
          headers(("Location" = String, description = "URL of the new subscription"))),
         (status = 400, description = "Malformed body; invalid name, tables, operations, columns or start", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "A table does not exist", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A push target on a host outside the public internet that `network.allowed_hosts` does not list (`host_not_allowed`)", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The name is taken", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is larger than `api.max_body_bytes` (`request_body_too_large`)", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body is not sent as `application/json` (`unsupported_media_type`)", body = Problem, content_type = "application/problem+json"),
@@ -293,7 +294,7 @@ pub async fn create_subscription(
         request.columns.as_deref(),
         &available,
     )?;
-    let target = push::check_target(&request, &tables)?;
+    let target = push::check_target(&request, &tables, &state.reach.hosts).await?;
     let start = request
         .start
         .unwrap_or(SubscriptionStart::Named(SubscriptionStartName::Earliest));

@@ -22,15 +22,18 @@ use crate::delivery::opensearch::{
     SendError,
 };
 use crate::delivery::push::{ItemError, UNRENDERABLE, item_for_event, send_items};
+use crate::network::HostPolicy;
 use crate::store::{DeadLetter, SourceTable, SubscriptionState};
 
 /// Dead letters per page by default, and at most.
 const DEAD_LETTER_LIMITS: (u32, u32) = (100, 1000);
 
-/// Checks the kind and target of a new subscription; the target to store, if any.
-pub(super) fn check_target(
+/// Checks the kind and target of a new subscription, its endpoints' hosts by `hosts`;
+/// the target to store, if any.
+pub(super) async fn check_target(
     request: &CreateSubscription,
     tables: &[SourceTable],
+    hosts: &HostPolicy,
 ) -> Result<Option<serde_json::Value>, ApiError> {
     let kind = request.kind.unwrap_or_default();
     let target = match (kind, &request.target) {
@@ -60,6 +63,11 @@ pub(super) fn check_target(
             None => problem,
         }
     })?;
+    for endpoint in &checked.endpoints {
+        hosts
+            .check_url("target.endpoints", endpoint.as_str())
+            .await?;
+    }
     for table in tables {
         if checked.config.document_id.is_none() && table.identifier_columns.is_empty() {
             return Err(ApiError::bad_request(
@@ -366,7 +374,7 @@ pub async fn redrive_dead_letters(
     let record = state.store.push_record(sub).await?;
     let target = PushTarget::from_json(&record.target)
         .map_err(|e| ApiError::internal(&format!("stored target unreadable: {e}")))?;
-    let client = OpenSearchClient::new(&target)
+    let client = OpenSearchClient::new(&target, &state.reach.hosts)
         .map_err(|e| ApiError::bad_request("invalid_target", e.to_string()))?;
     let mut items = Vec::new();
     let mut sent = Vec::new();

@@ -50,6 +50,7 @@ fn not_found(e: StoreError) -> ApiError {
         (status = 201, description = "Registered; the feed starts at the next poll", body = TableView,
          headers(("Location" = String, description = "URL of the new table"))),
         (status = 400, description = "Malformed request: unknown catalog type, invalid settings, identifier or poll interval", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The settings name a local file outside `catalog.local_paths` (`local_path_not_allowed`) or a host outside the public internet that `network.allowed_hosts` does not list (`host_not_allowed`)", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The table is registered already", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is larger than `api.max_body_bytes` (`request_body_too_large`)", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body is not sent as `application/json` (`unsupported_media_type`)", body = Problem, content_type = "application/problem+json"),
@@ -66,7 +67,7 @@ pub async fn register_table(
         request,
         state.settings.scheduler.default_poll_interval,
         state.settings.catalog.timeout,
-        &state.local_paths,
+        &state.reach,
     )
     .await?;
     let table = state.store.insert_table(&new).await.map_err(|e| match e {
@@ -143,6 +144,7 @@ pub async fn get_table(
         (status = 200, description = "The updated table", body = TableView),
         (status = 400, description = "Not a table id, malformed body, invalid poll interval, retention or catalog settings", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such table", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "The new settings name a local file outside `catalog.local_paths` (`local_path_not_allowed`) or a host outside the public internet that `network.allowed_hosts` does not list (`host_not_allowed`)", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Another registration follows the table through the new catalog settings", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is larger than `api.max_body_bytes` (`request_body_too_large`)", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body is not sent as `application/json` (`unsupported_media_type`)", body = Problem, content_type = "application/problem+json"),
@@ -173,7 +175,7 @@ pub async fn update_table(
                 &table,
                 catalog,
                 state.settings.catalog.timeout,
-                &state.local_paths,
+                &state.reach,
             )
             .await?,
         ),

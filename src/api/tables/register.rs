@@ -10,7 +10,7 @@ use iceberg::util::snapshot::ancestors_of;
 use super::model::{RegisterTable, StartName, StartPosition};
 use crate::api::error::ApiError;
 use crate::api::limits;
-use crate::catalog::{CatalogConfig, LocalPaths, REDACTED, display_ident, parse_ident};
+use crate::catalog::{CatalogConfig, REDACTED, Reach, display_ident, parse_ident};
 use crate::store::{NewSourceTable, Retention, SourceTable, TableId};
 use crate::workers::committed_at;
 
@@ -22,7 +22,7 @@ pub async fn prepare(
     request: RegisterTable,
     default_poll: Duration,
     catalog_timeout: Duration,
-    local: &LocalPaths,
+    reach: &Reach,
 ) -> Result<NewSourceTable, ApiError> {
     let poll = match request.poll_interval_ms {
         Some(ms) => validate_poll_interval(ms)?,
@@ -35,7 +35,7 @@ pub async fn prepare(
     let catalog = CatalogConfig::from_json(&request.catalog)?;
     let ident = parse_ident(&request.table)
         .map_err(|e| ApiError::bad_request("invalid_table_identifier", e.to_string()))?;
-    let table = catalog.load_checked(&ident, catalog_timeout, local).await?;
+    let table = catalog.load_checked(&ident, catalog_timeout, reach).await?;
     let metadata = table.metadata_ref();
 
     let identifier_columns = resolve_identifier_columns(&metadata, request.identifier_columns)?;
@@ -89,13 +89,13 @@ pub async fn replacement_catalog(
     table: &SourceTable,
     mut catalog: serde_json::Value,
     catalog_timeout: Duration,
-    local: &LocalPaths,
+    reach: &Reach,
 ) -> Result<(serde_json::Value, String), ApiError> {
     keep_shown_secrets(&mut catalog, &table.catalog);
     let config = CatalogConfig::from_json(&catalog)?;
     let ident = parse_ident(&table.table_name)
         .map_err(|e| ApiError::bad_request("invalid_table_identifier", e.to_string()))?;
-    let iceberg = config.load_checked(&ident, catalog_timeout, local).await?;
+    let iceberg = config.load_checked(&ident, catalog_timeout, reach).await?;
     if let Some(checkpoint) = table.checkpoint_snapshot_id
         && iceberg.metadata().snapshot_by_id(checkpoint).is_none()
     {

@@ -12,6 +12,8 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 use url::Url;
 
+use crate::network::HostPolicy;
+
 use super::bulk::{self, BulkItem, EncodeError};
 use super::config::{Auth, ConfigError, PushTarget, error_chain};
 use super::response::{
@@ -111,9 +113,20 @@ pub struct OpenSearchClient {
 }
 
 impl OpenSearchClient {
-    /// A client for a checked target; reads a CA bundle given as a path.
-    pub fn new(target: &PushTarget) -> Result<Self, ConfigError> {
-        let builder = reqwest::Client::builder()
+    /// A client for a checked target that connects only where `hosts` allows; reads a
+    /// CA bundle given as a path.
+    pub fn new(target: &PushTarget, hosts: &HostPolicy) -> Result<Self, ConfigError> {
+        // The resolver sees names only.
+        for endpoint in &target.endpoints {
+            hosts
+                .check_address("endpoints", endpoint)
+                .map_err(|e| ConfigError::Invalid {
+                    field: "endpoints".into(),
+                    message: e.to_string(),
+                })?;
+        }
+        let builder = hosts
+            .client_builder()
             .connect_timeout(CONNECT_TIMEOUT)
             .timeout(REQUEST_TIMEOUT);
         let http = target

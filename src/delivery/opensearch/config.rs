@@ -421,15 +421,17 @@ mod tests {
     #[test]
     fn ca_bundles_are_pem_text_or_a_path() {
         let t = target(json!({"tls": {"ca_bundle": CA}})).unwrap();
-        assert!(OpenSearchClient::new(&t).is_ok());
+        assert!(OpenSearchClient::new(&t, &crate::network::HostPolicy::unrestricted()).is_ok());
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("ca.pem");
         std::fs::write(&path, CA).unwrap();
         let t = target(json!({"tls": {"ca_bundle": path}})).unwrap();
-        assert!(OpenSearchClient::new(&t).is_ok());
+        assert!(OpenSearchClient::new(&t, &crate::network::HostPolicy::unrestricted()).is_ok());
         // A missing file is an error when connecting, from the node that connects.
         let t = target(json!({"tls": {"ca_bundle": dir.path().join("none.pem")}})).unwrap();
-        let err = OpenSearchClient::new(&t).unwrap_err().to_string();
+        let err = OpenSearchClient::new(&t, &crate::network::HostPolicy::unrestricted())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("`tls.ca_bundle`: cannot read"), "{err}");
     }
 

@@ -18,6 +18,7 @@ use super::Heartbeat;
 use crate::config::PushSettings;
 use crate::delivery::opensearch::{OpenSearchClient, PushTarget, RetryPolicy, SendError};
 use crate::delivery::{ChangeNotifier, Feed};
+use crate::network::HostPolicy;
 use crate::store::{Lease, Store, StoreError, SubscriptionState};
 pub use batch::{Batch, BatchError, BatchReader, Sent, Step};
 
@@ -59,6 +60,8 @@ pub struct PushWorker {
     pub settings: PushSettings,
     pub lease_ttl: Duration,
     pub node: String,
+    /// The hosts targets may be on (`network.allowed_hosts`).
+    pub hosts: HostPolicy,
 }
 
 /// One push subscription, leased by this node.
@@ -194,7 +197,7 @@ impl PushWorker {
             .map_err(|e| e.to_string())?;
         let record = store.push_record(id).await.map_err(|e| e.to_string())?;
         let target = PushTarget::from_json(&record.target).map_err(|e| e.to_string())?;
-        let client = OpenSearchClient::new(&target).map_err(|e| e.to_string())?;
+        let client = OpenSearchClient::new(&target, &self.hosts).map_err(|e| e.to_string())?;
         let mut tables = Vec::new();
         for slot in store
             .subscribed_tables(id)

@@ -1,0 +1,118 @@
+//! What a table's catalog settings may make the node touch: local files
+//! (`catalog.local_paths`) and hosts (`network.allowed_hosts`). Both are checked before
+//! the node connects or reads, and again on every load, since a REST catalog's answers
+//! add storage endpoints of their own.
+
+use std::collections::HashMap;
+
+use iceberg::table::Table;
+use url::Url;
+
+use super::storage::LocalPaths;
+use super::{CatalogConfig, CatalogError};
+use crate::network::{HostPolicy, HostRefused, without_credentials};
+
+/// The local directories and hosts a node may reach for its tables.
+#[derive(Clone, Debug, Default)]
+pub struct Reach {
+    /// Local directories whose files may be read.
+    pub local: LocalPaths,
+    /// Hosts beyond the public internet that may be connected to.
+    pub hosts: HostPolicy,
+}
+
+impl Reach {
+    /// Everything: for the demo writers and the benchmarks.
+    pub fn unrestricted() -> Self {
+        Self {
+            local: LocalPaths::unrestricted(),
+            hosts: HostPolicy::unrestricted(),
+        }
+    }
+
+    /// Checks the hosts a catalog's settings name: its service and every URL among its
+    /// properties (storage endpoints, OAuth servers).
+    pub async fn check_settings(&self, config: &CatalogConfig) -> Result<(), CatalogError> {
+        match config {
+            CatalogConfig::Rest { uri, .. } => self.check_url("catalog uri", uri).await?,
+            CatalogConfig::Glue { uri: Some(uri), .. } => {
+                self.check_url("catalog uri", uri).await?
+            }
+            CatalogConfig::Hive { uri, .. } => {
+                let address = uri.strip_prefix("thrift://").unwrap_or(uri);
+                let (host, port) = address.rsplit_once(':').unwrap_or((address, "9083"));
+                let port = port.parse().unwrap_or(9083);
+                self.hosts
+                    .check_host("catalog uri", uri, host, port)
+                    .await?
+            }
+            CatalogConfig::Sql { uri, .. } if uri.starts_with("postgres") => {
+                self.check_postgres(uri).await?
+            }
+            _ => {}
+        }
+        self.check_properties(config.properties().iter()).await
+    }
+
+    /// Checks a loaded table: the URLs among its FileIO properties (a REST catalog's
+    /// answer adds its own) and an Azure location's host, which names the endpoint.
+    pub async fn check_loaded(&self, table: &Table) -> Result<(), CatalogError> {
+        let props: &HashMap<String, String> = table.file_io().config().props();
+        self.check_properties(props.iter()).await?;
+        let location = table.metadata().location();
+        if ["abfs://", "abfss://", "wasb://", "wasbs://"]
+            .iter()
+            .any(|scheme| location.starts_with(scheme))
+        {
+            self.check_url("table location", location).await?;
+        }
+        Ok(())
+    }
+
+    async fn check_properties<'a>(
+        &self,
+        properties: impl Iterator<Item = (&'a String, &'a String)>,
+    ) -> Result<(), CatalogError> {
+        for (key, value) in properties {
+            if value.starts_with("http://") || value.starts_with("https://") {
+                self.check_url(key, value).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn check_url(&self, what: &str, url: &str) -> Result<(), HostRefused> {
+        self.hosts.check_url(what, url).await
+    }
+
+    /// A PostgreSQL URL names its server in the authority or in `host` / `hostaddr`
+    /// parameters; a `host` that is a directory is a Unix socket, a local path.
+    async fn check_postgres(&self, uri: &str) -> Result<(), CatalogError> {
+        let Ok(url) = Url::parse(uri) else {
+            return Ok(());
+        };
+        let port = url.port().unwrap_or(5432);
+        let shown = without_credentials(&url);
+        if let Some(host) = url.host_str().filter(|h| !h.is_empty()) {
+            self.hosts
+                .check_host("catalog uri", &shown, host, port)
+                .await?;
+        }
+        for (key, value) in url.query_pairs() {
+            if !matches!(key.as_ref(), "host" | "hostaddr") {
+                continue;
+            }
+            if value.starts_with('/') {
+                let (local, dir) = (self.local.clone(), std::path::PathBuf::from(value.as_ref()));
+                super::storage::blocking(move || local.check(&dir))
+                    .await
+                    .map_err(|e| CatalogError::reading(&value, e))?;
+            } else {
+                self.hosts
+                    .check_host("catalog uri", &shown, &value, port)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+}
