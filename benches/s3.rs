@@ -46,7 +46,8 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::cdc::{
-    Kind, commit_plan, copy_table, plan_scattered, register, scratch_dir, wait_checkpoint,
+    Kind, commit_plan, copy_table, metrics_text, plan_scattered, register, scratch_dir,
+    wait_checkpoint,
 };
 use crate::database::{Database, node_settings};
 
@@ -344,13 +345,7 @@ struct Copied {
 
 impl Copied {
     async fn now(client: &reqwest::Client, base: &str) -> anyhow::Result<Self> {
-        let text = client
-            .get(format!("{base}/metrics"))
-            .send()
-            .await?
-            .error_for_status()?
-            .text()
-            .await?;
+        let text = metrics_text(client, base).await?;
         let by = |who: &str| {
             let series = format!("icefeed_insert_bytes_copied_total{{by=\"{who}\"}} ");
             text.lines()

@@ -195,7 +195,7 @@ impl HostPolicy {
     }
 
     /// A resolver for HTTP clients that keeps only the addresses this policy allows.
-    pub fn resolver(&self) -> Arc<PolicyResolver> {
+    fn resolver(&self) -> Arc<PolicyResolver> {
         Arc::new(PolicyResolver {
             policy: self.clone(),
         })

@@ -282,6 +282,17 @@ pub async fn wait_checkpoint(
 
 /// Polls the table until its checkpoint is `snapshot`; returns the time since `started`
 /// (when the commit returned).
+/// The node's `/metrics` text.
+pub async fn metrics_text(client: &reqwest::Client, base: &str) -> anyhow::Result<String> {
+    Ok(client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?)
+}
+
 pub async fn wait_checkpoint_since(
     client: &reqwest::Client,
     base: &str,

@@ -13,7 +13,7 @@ use iceberg::table::Table;
 use icefeed::demo::rewrite::live_data_files;
 use serde::Deserialize;
 
-use crate::cdc::{Kind, Planned, commit_plan, local_path, wait_checkpoint_since};
+use crate::cdc::{Kind, Planned, commit_plan, local_path, metrics_text, wait_checkpoint_since};
 use crate::scan::{Decode, FLOOR_RUNS, bare_decode_median};
 
 const PAGE_LIMIT: u64 = 10_000;
@@ -69,13 +69,7 @@ pub async fn task_seconds(
     client: &reqwest::Client,
     base: &str,
 ) -> anyhow::Result<BTreeMap<String, (f64, u64)>> {
-    let text = client
-        .get(format!("{base}/metrics"))
-        .send()
-        .await?
-        .error_for_status()?
-        .text()
-        .await?;
+    let text = metrics_text(client, base).await?;
     let mut tasks: BTreeMap<String, (f64, u64)> = BTreeMap::new();
     for line in text.lines() {
         let Some(rest) = line.strip_prefix("icefeed_task_duration_seconds_") else {

@@ -295,12 +295,12 @@ impl CatalogConfig {
                     &reach.local,
                 )
                 .await?;
-                reach.check_loaded(&table).await?;
+                reach.check_loaded(&table, self).await?;
                 Ok(table)
             }
             _ => {
                 let catalog = self.connect(reach).await?;
-                load_from(catalog.as_ref(), ident, reach).await
+                load_from(catalog.as_ref(), ident, self, reach).await
             }
         }
     }
@@ -576,15 +576,16 @@ impl CatalogCache {
                 catalog
             }
         };
-        load_from(catalog.as_ref(), ident, &self.reach).await
+        load_from(catalog.as_ref(), ident, config, &self.reach).await
     }
 }
 
-/// Loads the table from a connected catalog; its storage settings, the catalog's
-/// answer included, must be within `reach`.
+/// Loads the table from a catalog connected with `config`; what the catalog's answer
+/// adds to its storage settings must be within `reach`.
 async fn load_from(
     catalog: &dyn Catalog,
     ident: &TableIdent,
+    config: &CatalogConfig,
     reach: &Reach,
 ) -> Result<Table, CatalogError> {
     let table = catalog.load_table(ident).await.map_err(|e| {
@@ -600,7 +601,7 @@ async fn load_from(
             CatalogError::Iceberg(e)
         }
     })?;
-    reach.check_loaded(&table).await?;
+    reach.check_loaded(&table, config).await?;
     Ok(table)
 }
 

@@ -10,7 +10,7 @@ use url::Url;
 
 use super::storage::LocalPaths;
 use super::{CatalogConfig, CatalogError};
-use crate::network::{HostPolicy, HostRefused, without_credentials};
+use crate::network::{HostPolicy, without_credentials};
 
 /// The local directories and hosts a node may reach for its tables.
 #[derive(Clone, Debug, Default)]
@@ -34,9 +34,9 @@ impl Reach {
     /// properties (storage endpoints, OAuth servers).
     pub async fn check_settings(&self, config: &CatalogConfig) -> Result<(), CatalogError> {
         match config {
-            CatalogConfig::Rest { uri, .. } => self.check_url("catalog uri", uri).await?,
+            CatalogConfig::Rest { uri, .. } => self.hosts.check_url("catalog uri", uri).await?,
             CatalogConfig::Glue { uri: Some(uri), .. } => {
-                self.check_url("catalog uri", uri).await?
+                self.hosts.check_url("catalog uri", uri).await?
             }
             CatalogConfig::Hive { uri, .. } => {
                 let address = uri.strip_prefix("thrift://").unwrap_or(uri);
@@ -54,17 +54,24 @@ impl Reach {
         self.check_properties(config.properties().iter()).await
     }
 
-    /// Checks a loaded table: the URLs among its FileIO properties (a REST catalog's
-    /// answer adds its own) and an Azure location's host, which names the endpoint.
-    pub async fn check_loaded(&self, table: &Table) -> Result<(), CatalogError> {
+    /// Checks a table loaded with `config`, which [`Reach::check_settings`] passed: the
+    /// URLs its FileIO properties add to the settings' (a REST catalog's answer brings
+    /// its own) and an Azure location's host, which names the endpoint.
+    pub async fn check_loaded(
+        &self,
+        table: &Table,
+        config: &CatalogConfig,
+    ) -> Result<(), CatalogError> {
         let props: &HashMap<String, String> = table.file_io().config().props();
-        self.check_properties(props.iter()).await?;
+        let given = config.properties();
+        let added = props.iter().filter(|(k, v)| given.get(*k) != Some(*v));
+        self.check_properties(added).await?;
         let location = table.metadata().location();
         if ["abfs://", "abfss://", "wasb://", "wasbs://"]
             .iter()
             .any(|scheme| location.starts_with(scheme))
         {
-            self.check_url("table location", location).await?;
+            self.hosts.check_url("table location", location).await?;
         }
         Ok(())
     }
@@ -75,14 +82,10 @@ impl Reach {
     ) -> Result<(), CatalogError> {
         for (key, value) in properties {
             if value.starts_with("http://") || value.starts_with("https://") {
-                self.check_url(key, value).await?;
+                self.hosts.check_url(key, value).await?;
             }
         }
         Ok(())
-    }
-
-    async fn check_url(&self, what: &str, url: &str) -> Result<(), HostRefused> {
-        self.hosts.check_url(what, url).await
     }
 
     /// A PostgreSQL URL names its server in the authority or in `host` / `hostaddr`
