@@ -29,3 +29,4 @@ mod spark;
 mod stream;
 mod subscriptions;
 mod support;
+mod vending;

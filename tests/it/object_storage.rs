@@ -24,8 +24,13 @@ pub(crate) struct LakeTable {
 }
 
 impl LakeTable {
-    fn create() -> Self {
+    pub(crate) fn create() -> Self {
         Self::create_in(s3::rest_writer_catalog())
+    }
+
+    /// `namespace.table`.
+    pub(crate) fn ident(&self) -> &str {
+        &self.ident
     }
 
     /// The table in the catalog of pyiceberg `properties`.
