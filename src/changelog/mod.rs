@@ -14,7 +14,7 @@ use iceberg::spec::{DataFileFormat, ManifestContentType, ManifestStatus, Snapsho
 use iceberg::table::Table;
 use serde::{Deserialize, Serialize};
 
-pub use deleted::DeleteCache;
+pub use deleted::{DataFileRef, DeleteCache};
 pub use deletes::DeleteRef;
 pub use lineage::{LineageError, Pending, pending_snapshots};
 

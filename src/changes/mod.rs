@@ -1,5 +1,6 @@
 //! Change sets in the object store: segments, positions (cursors) and the JSON event form.
 
+pub mod deleted_rows;
 pub mod json;
 pub mod position;
 pub mod segment;
@@ -9,5 +10,5 @@ pub mod subscription_cursor;
 pub mod writer;
 
 pub use position::{CursorError, Position};
-pub use segment::{ReadSchema, SegmentReader};
+pub use segment::{ReadSchema, SegmentFile, SegmentReader};
 pub use store::{ChangeStore, ChangeStoreError, StoredSegment};

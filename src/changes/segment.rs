@@ -21,6 +21,9 @@ use parquet::arrow::async_reader::{ParquetObjectReader, ParquetRecordBatchStream
 use parquet::arrow::{PARQUET_FIELD_ID_META_KEY, ProjectionMask};
 use parquet::file::metadata::PageIndexPolicy;
 
+use roaring::RoaringTreemap;
+
+use super::deleted_rows;
 use super::store::{ChangeStore, ChangeStoreError};
 
 /// Footers kept in memory; a page read then costs only the data it needs.
@@ -88,6 +91,18 @@ impl ReadSchema {
 pub struct SegmentReader {
     store: ChangeStore,
     footers: Arc<Mutex<HashMap<String, ArrowReaderMetadata>>>,
+    deleted: Arc<Mutex<HashMap<String, Arc<RoaringTreemap>>>>,
+}
+
+/// A segment as the change-set index records it.
+#[derive(Clone, Copy, Debug)]
+pub struct SegmentFile<'a> {
+    /// Key of the Parquet file in the change store.
+    pub key: &'a str,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Key of the file rows that are not events, if some are not.
+    pub deleted_rows: Option<&'a str>,
 }
 
 impl SegmentReader {
@@ -96,22 +111,24 @@ impl SegmentReader {
         Self {
             store,
             footers: Default::default(),
+            deleted: Default::default(),
         }
     }
 
-    /// Rows `offset .. offset + count` of segment `key` as batches under `schema`, or as
+    /// Events `offset .. offset + count` of `segment` as batches under `schema`, or as
     /// written when `schema` is `None` (segments icefeed wrote itself).
     pub async fn read(
         &self,
-        key: &str,
-        size: u64,
+        segment: SegmentFile<'_>,
         schema: Option<&ReadSchema>,
         offset: usize,
         count: usize,
     ) -> Result<Vec<RecordBatch>, ChangeStoreError> {
-        match self.read_rows(key, size, schema, offset, count).await {
+        match self.read_rows(segment, schema, offset, count).await {
             // Parquet wraps the store's errors in its own: ask the store what happened.
-            Err(_) if self.is_missing(key).await => Err(ChangeStoreError::Missing(key.into())),
+            Err(_) if self.is_missing(segment.key).await => {
+                Err(ChangeStoreError::Missing(segment.key.into()))
+            }
             read => read,
         }
     }
@@ -126,14 +143,14 @@ impl SegmentReader {
 
     async fn read_rows(
         &self,
-        key: &str,
-        size: u64,
+        segment: SegmentFile<'_>,
         schema: Option<&ReadSchema>,
         offset: usize,
         count: usize,
     ) -> Result<Vec<RecordBatch>, ChangeStoreError> {
+        let key = segment.key;
         let (objects, path) = self.store.object(key);
-        let mut reader = ParquetObjectReader::new(objects, path).with_file_size(size);
+        let mut reader = ParquetObjectReader::new(objects, path).with_file_size(segment.size);
         let metadata = match self.cached(key) {
             Some(m) => m,
             None => {
@@ -151,17 +168,27 @@ impl SegmentReader {
             Some(schema) => projection(&metadata, schema),
             None => ProjectionMask::all(),
         };
+        let (first, selectors) = match segment.deleted_rows {
+            Some(deleted) => {
+                let deleted = self.deleted_rows(deleted).await?;
+                let (first, selectors) =
+                    deleted_rows::file_rows(&deleted, offset as u64, count as u64);
+                (first as usize, selectors)
+            }
+            None => (offset, vec![RowSelector::select(count)]),
+        };
+        let span: usize = selectors.iter().map(|s| s.row_count).sum();
 
-        // Only the row groups that overlap the range are read at all.
+        // Only the row groups that overlap the file rows are read at all.
         let mut groups = Vec::new();
         let mut skip_in_groups = 0usize;
         let mut start = 0usize;
         for (i, rg) in metadata.metadata().row_groups().iter().enumerate() {
             let rows = rg.num_rows() as usize;
             let end = start + rows;
-            if end > offset && start < offset + count {
+            if end > first && start < first + span {
                 if groups.is_empty() {
-                    skip_in_groups = offset - start;
+                    skip_in_groups = first - start;
                 }
                 groups.push(i);
             }
@@ -170,10 +197,11 @@ impl SegmentReader {
         if groups.is_empty() {
             return Ok(Vec::new());
         }
-        let selection = RowSelection::from(vec![
-            RowSelector::skip(skip_in_groups),
-            RowSelector::select(count),
-        ]);
+        let selection = RowSelection::from(
+            std::iter::once(RowSelector::skip(skip_in_groups))
+                .chain(selectors)
+                .collect::<Vec<_>>(),
+        );
         let stream = ParquetRecordBatchStreamBuilder::new_with_metadata(reader, metadata)
             .with_projection(mask)
             .with_row_groups(groups)
@@ -185,6 +213,24 @@ impl SegmentReader {
             Some(schema) => batches.iter().map(|b| conform(b, schema)).collect(),
             None => Ok(batches),
         }
+    }
+
+    /// The deleted rows stored at `key`, read once per node.
+    async fn deleted_rows(&self, key: &str) -> Result<Arc<RoaringTreemap>, ChangeStoreError> {
+        if let Some(deleted) = self.deleted.lock().expect("deleted rows cache").get(key) {
+            return Ok(deleted.clone());
+        }
+        let bytes = self.store.get(key).await?;
+        let deleted = Arc::new(
+            deleted_rows::decode(&bytes)
+                .map_err(|e| ChangeStoreError::Corrupt(format!("deleted rows {key}: {e}")))?,
+        );
+        let mut cache = self.deleted.lock().expect("deleted rows cache");
+        if cache.len() >= FOOTER_CACHE_ENTRIES {
+            cache.clear();
+        }
+        cache.insert(key.to_string(), deleted.clone());
+        Ok(deleted)
     }
 
     fn cached(&self, key: &str) -> Option<ArrowReaderMetadata> {
@@ -311,8 +357,9 @@ mod tests {
 
     use super::*;
 
-    /// A segment of one Int64 column holding 0..rows, in data pages of 100 rows.
-    async fn segment(store: &ChangeStore, key: &str, rows: i64) -> u64 {
+    /// A segment of one Int64 column holding 0..rows, in data pages of 100 rows and row
+    /// groups of `group_rows`.
+    async fn segment(store: &ChangeStore, key: &str, rows: i64, group_rows: usize) -> u64 {
         let schema = Arc::new(ArrowSchema::new(vec![Field::new(
             "n",
             DataType::Int64,
@@ -326,6 +373,7 @@ mod tests {
         let props = WriterProperties::builder()
             .set_data_page_row_count_limit(100)
             .set_write_batch_size(100)
+            .set_max_row_group_row_count(Some(group_rows))
             .build();
         let mut out = Vec::new();
         let mut writer = ArrowWriter::try_new(&mut out, schema, Some(props)).unwrap();
@@ -339,7 +387,7 @@ mod tests {
     #[tokio::test]
     async fn ranges_inside_a_row_group_read_exactly_their_rows_by_page() {
         let store = ChangeStore::open("memory://", &BTreeMap::new()).unwrap();
-        let size = segment(&store, "s.parquet", 1000).await;
+        let size = segment(&store, "s.parquet", 1000, 1000).await;
         let reader = SegmentReader::new(store);
         for (offset, count) in [
             (0, 1),
@@ -349,10 +397,12 @@ mod tests {
             (900, 100),
             (999, 1),
         ] {
-            let batches = reader
-                .read("s.parquet", size, None, offset, count)
-                .await
-                .unwrap();
+            let file = SegmentFile {
+                key: "s.parquet",
+                size,
+                deleted_rows: None,
+            };
+            let batches = reader.read(file, None, offset, count).await.unwrap();
             let values: Vec<i64> = batches
                 .iter()
                 .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
@@ -368,6 +418,46 @@ mod tests {
             .page_locations()
             .len();
         assert_eq!(pages, 10, "the test segment has pages of 100 rows");
+    }
+
+    #[tokio::test]
+    async fn deleted_rows_are_skipped_across_pages_and_row_groups() {
+        let store = ChangeStore::open("memory://", &BTreeMap::new()).unwrap();
+        let size = segment(&store, "s.parquet", 1000, 400).await;
+        // Every third row, and rows 380..450 (the end of a row group, a whole page and
+        // the start of the next group).
+        let mut deleted: RoaringTreemap = (0..1000u64).step_by(3).collect();
+        deleted.insert_range(380..450);
+        let key = deleted_rows::key("s.parquet");
+        store
+            .put(&key, deleted_rows::encode(&deleted))
+            .await
+            .unwrap();
+        let live: Vec<i64> = (0..1000).filter(|r| !deleted.contains(*r as u64)).collect();
+        let reader = SegmentReader::new(store);
+        let file = SegmentFile {
+            key: "s.parquet",
+            size,
+            deleted_rows: Some(&key),
+        };
+        for (offset, count) in [
+            (0, 1),
+            (0, live.len()),
+            (240, 30),
+            (250, 300),
+            (live.len() - 1, 1),
+        ] {
+            let batches = reader.read(file, None, offset, count).await.unwrap();
+            let values: Vec<i64> = batches
+                .iter()
+                .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+                .collect();
+            assert_eq!(
+                values,
+                live[offset..offset + count],
+                "offset {offset}, count {count}"
+            );
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@ use super::selection::{OpSet, Selection};
 use crate::changelog::carryover::Op;
 use crate::changelog::key_indexes;
 use crate::changes::writer;
-use crate::changes::{ChangeStoreError, Position, ReadSchema, SegmentReader};
+use crate::changes::{ChangeStoreError, Position, ReadSchema, SegmentFile, SegmentReader};
 use crate::store::{SegmentRecord, SourceTable, Store, StoreError, TableId};
 
 /// Segments fetched from the index per round trip.
@@ -328,8 +328,11 @@ impl Feed {
             let batches = self
                 .reader
                 .read(
-                    &segment.path,
-                    segment.size_bytes as u64,
+                    SegmentFile {
+                        key: &segment.path,
+                        size: segment.size_bytes as u64,
+                        deleted_rows: segment.deleted_rows.as_deref(),
+                    },
                     inserts.then_some(&entry.read),
                     offset,
                     chunk,

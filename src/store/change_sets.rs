@@ -31,6 +31,9 @@ pub struct NewSegment {
     pub layout: &'static str,
     pub path: String,
     pub size_bytes: i64,
+    /// Key of the positions of the file at `path` that are not events (see
+    /// [`crate::changes::deleted_rows`]), for a copied data file with deleted rows.
+    pub deleted_rows: Option<String>,
 }
 
 /// A published change set.
@@ -56,6 +59,7 @@ pub struct SegmentRecord {
     pub layout: String,
     pub path: String,
     pub size_bytes: i64,
+    pub deleted_rows: Option<String>,
     pub snapshot_id: i64,
     pub sequence_number: i64,
     pub committed_at: DateTime<Utc>,
@@ -118,10 +122,11 @@ impl Store {
         }
         sqlx::query(
             "INSERT INTO segments (table_id, ordinal, segment_no, first_event, event_count, \
-               layout, path, size_bytes) \
-             SELECT $1, $2, n::int - 1, f, c, l, p, b \
-               FROM unnest($3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::bigint[]) \
-                    WITH ORDINALITY AS u(f, c, l, p, b, n)",
+               layout, path, size_bytes, deleted_rows) \
+             SELECT $1, $2, n::int - 1, f, c, l, p, b, d \
+               FROM unnest($3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::bigint[], \
+                           $8::text[]) \
+                    WITH ORDINALITY AS u(f, c, l, p, b, d, n)",
         )
         .bind(table)
         .bind(ordinal)
@@ -140,6 +145,12 @@ impl Store {
                 .collect::<Vec<_>>(),
         )
         .bind(cs.segments.iter().map(|s| s.size_bytes).collect::<Vec<_>>())
+        .bind(
+            cs.segments
+                .iter()
+                .map(|s| s.deleted_rows.clone())
+                .collect::<Vec<_>>(),
+        )
         .execute(&mut *tx)
         .await?;
 
@@ -177,7 +188,8 @@ impl Store {
     ) -> Result<Vec<SegmentRecord>, StoreError> {
         Ok(sqlx::query_as(
             "SELECT s.ordinal, s.segment_no, s.first_event, s.event_count, s.layout, s.path, \
-                    s.size_bytes, c.snapshot_id, c.sequence_number, c.committed_at, c.schema_id \
+                    s.size_bytes, s.deleted_rows, c.snapshot_id, c.sequence_number, \
+                    c.committed_at, c.schema_id \
                FROM segments s JOIN change_sets c USING (table_id, ordinal) \
               WHERE s.table_id = $1 \
                 AND (s.ordinal > $2 OR (s.ordinal = $2 AND s.first_event + s.event_count > $3)) \

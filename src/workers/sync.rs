@@ -3,16 +3,20 @@
 
 use chrono::{DateTime, TimeZone, Utc};
 use futures::{StreamExt, TryStreamExt};
+use iceberg::io::FileIO;
 use iceberg::spec::SnapshotRef;
 use iceberg::table::Table;
+use roaring::RoaringTreemap;
 use tokio_util::sync::CancellationToken;
 
 use super::rewrite::Rewrite;
 use crate::catalog::{
     CatalogCache, CatalogConfig, CatalogError, StorageFault, parse_ident, storage_cause,
 };
-use crate::changelog::{self, FileRows, LineageError, PlanError, SnapshotPlan, key_indexes};
-use crate::changes::{ChangeStore, ChangeStoreError, ReadSchema};
+use crate::changelog::{
+    self, DataFileRef, DeleteCache, FileRows, LineageError, PlanError, SnapshotPlan, key_indexes,
+};
+use crate::changes::{ChangeStore, ChangeStoreError, ReadSchema, deleted_rows};
 use crate::config::SchedulerSettings;
 use crate::store::{Lease, NewChangeSet, NewSegment, PollOutcome, SourceTable, Store, StoreError};
 
@@ -171,8 +175,9 @@ impl TableSync<'_> {
         Ok(outcome(&pending.head, &[]))
     }
 
-    /// Copies added data files as `inserts` segments, concurrently but in order; a file
-    /// with deletes (in an export) is written with only its live rows.
+    /// Copies added data files as `inserts` segments, concurrently but in order. A file
+    /// with deletes (in an export) is copied too, its deleted rows recorded beside it;
+    /// only the rows a surviving file regained are written anew.
     async fn copy_inserts(
         &self,
         table: &SourceTable,
@@ -181,6 +186,8 @@ impl TableSync<'_> {
         schema: &ReadSchema,
         files: Vec<FileRows>,
     ) -> Result<Vec<NewSegment>, SyncError> {
+        // Decoded delete files serve every data file they apply to.
+        let deletes = DeleteCache::default();
         // Each copy owns what it needs, so copies run concurrently yet land in order.
         let copies = files
             .into_iter()
@@ -188,42 +195,25 @@ impl TableSync<'_> {
             .filter(|(_, f)| f.record_count > 0)
             .map(|(n, file)| {
                 let key = ChangeStore::segment_key(table.id, snapshot_id, n);
-                let (changes, file_io, stop) = (
+                let (changes, file_io, stop, deletes) = (
                     self.changes.clone(),
                     iceberg.file_io().clone(),
                     self.stop.clone(),
+                    deletes.clone(),
                 );
                 async move {
                     if stop.is_cancelled() {
                         return Err(SyncError::Abandoned);
                     }
-                    let stored = if file.is_whole() {
-                        changes
-                            .copy_data_file(
-                                &file_io,
-                                &file.path,
-                                file.record_count,
-                                file.size,
-                                &key,
-                            )
-                            .await
-                    } else {
-                        changes.write_file_rows(&file_io, &file, schema, &key).await
-                    }
-                    .map_err(|e| copy_error(e, snapshot_id))?;
-                    if stored.rows == 0 {
-                        changes
-                            .delete(&key)
-                            .await
-                            .map_err(|e| copy_error(e, snapshot_id))?;
-                        return Ok(None);
-                    }
-                    Ok(Some(NewSegment {
-                        event_count: stored.rows,
-                        layout: "inserts",
-                        path: stored.path,
-                        size_bytes: stored.size,
-                    }))
+                    let copy = InsertCopy {
+                        changes: &changes,
+                        file_io: &file_io,
+                        schema,
+                        deletes: &deletes,
+                    };
+                    copy.segment(&file, &key)
+                        .await
+                        .map_err(|e| copy_error(e, snapshot_id))
                 }
             })
             .collect::<Vec<_>>();
@@ -319,6 +309,75 @@ impl TableSync<'_> {
             self.clean_up_shuffle(table, snapshot_id).await;
         }
         Ok(())
+    }
+}
+
+/// Makes one `inserts` segment of a data file's rows.
+struct InsertCopy<'a> {
+    changes: &'a ChangeStore,
+    file_io: &'a FileIO,
+    schema: &'a ReadSchema,
+    deletes: &'a DeleteCache,
+}
+
+impl InsertCopy<'_> {
+    /// The segment of `file`'s rows at `key`; `None` when no row is left.
+    async fn segment(
+        &self,
+        file: &FileRows,
+        key: &str,
+    ) -> Result<Option<NewSegment>, ChangeStoreError> {
+        if file.only_deleted_by.is_some() {
+            let stored = self
+                .changes
+                .write_file_rows(self.file_io, file, self.schema, key)
+                .await?;
+            if stored.rows == 0 {
+                self.changes.delete(key).await?;
+                return Ok(None);
+            }
+            return Ok(Some(NewSegment {
+                event_count: stored.rows,
+                layout: "inserts",
+                path: stored.path,
+                size_bytes: stored.size,
+                deleted_rows: None,
+            }));
+        }
+        let deleted = if file.deletes.is_empty() {
+            RoaringTreemap::new()
+        } else {
+            let data = DataFileRef {
+                path: &file.path,
+                record_count: file.record_count,
+            };
+            self.deletes
+                .dead(self.file_io, &data, &file.deletes, self.schema)
+                .await?
+        };
+        if deleted.len() >= file.record_count {
+            return Ok(None);
+        }
+        let stored = self
+            .changes
+            .copy_data_file(self.file_io, &file.path, file.record_count, file.size, key)
+            .await?;
+        let deleted_rows = if deleted.is_empty() {
+            None
+        } else {
+            let deleted_key = deleted_rows::key(key);
+            self.changes
+                .put(&deleted_key, deleted_rows::encode(&deleted))
+                .await?;
+            Some(deleted_key)
+        };
+        Ok(Some(NewSegment {
+            event_count: stored.rows - deleted.len() as i64,
+            layout: "inserts",
+            path: stored.path,
+            size_bytes: stored.size,
+            deleted_rows,
+        }))
     }
 }
 

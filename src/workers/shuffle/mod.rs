@@ -220,6 +220,7 @@ impl Shuffle<'_> {
                         layout: "changes",
                         path,
                         size_bytes: r.size,
+                        deleted_rows: None,
                     })
                 })
                 .collect(),
