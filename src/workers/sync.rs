@@ -122,6 +122,29 @@ impl SyncError {
     }
 }
 
+impl SyncError {
+    /// This failure, for a snapshot whose parent `expired_parent` was expired before the
+    /// snapshot was published: a file its change needs that is gone went with the parent
+    /// (MERGE_ON_READ §1.5). A gap in history, which only a new export can bridge.
+    fn in_gap(self, snapshot_id: i64, expired_parent: Option<i64>) -> Self {
+        match (self, expired_parent) {
+            (SyncError::Table { message, snapshot }, Some(parent))
+                if message.contains(StorageFault::NotFound.code()) =>
+            {
+                SyncError::Table {
+                    message: format!(
+                        "gap: snapshot {parent}, the parent of snapshot {snapshot_id}, was expired \
+                         before its child was published, and a file the child's change needs is \
+                         gone; re-register the table to export its current state ({message})"
+                    ),
+                    snapshot,
+                }
+            }
+            (other, _) => other,
+        }
+    }
+}
+
 /// Everything one sync needs.
 pub struct TableSync<'a> {
     pub store: &'a Store,
@@ -159,10 +182,19 @@ impl TableSync<'_> {
             if self.stop.is_cancelled() {
                 return Err(SyncError::Abandoned);
             }
-            let plan = changelog::plan_snapshot(&iceberg, snapshot).await?;
-            if let Err(e) = self
-                .publish(table, &iceberg, snapshot, plan, "snapshot")
-                .await
+            // A parent expired before its child was published may have taken files the
+            // child's change needs with it.
+            let expired_parent = snapshot
+                .parent_snapshot_id()
+                .filter(|p| metadata.snapshot_by_id(*p).is_none());
+            let published = match changelog::plan_snapshot(&iceberg, snapshot).await {
+                Ok(plan) => {
+                    self.publish(table, &iceberg, snapshot, plan, "snapshot")
+                        .await
+                }
+                Err(e) => Err(e.into()),
+            };
+            if let Err(e) = published.map_err(|e| e.in_gap(snapshot.snapshot_id(), expired_parent))
             {
                 if let SyncError::Transient(_) = e {
                     // Keep the lag figures right even when a publish has to wait.
@@ -424,6 +456,34 @@ mod tests {
 
     fn denied() -> SyncError {
         SyncError::Transient("storage_access_denied: snapshot 7: access denied".into())
+    }
+
+    #[test]
+    fn a_missing_file_of_a_snapshot_whose_parent_expired_is_a_gap() {
+        let missing = || SyncError::Table {
+            message: "cannot publish snapshot 7: storage_not_found: snapshot 7: gone".into(),
+            snapshot: Some(7),
+        };
+        let SyncError::Table { message, snapshot } = missing().in_gap(7, Some(6)) else {
+            panic!("a gap stops the table");
+        };
+        assert!(
+            message.starts_with("gap: snapshot 6, the parent of snapshot 7"),
+            "{message}"
+        );
+        assert!(
+            message.contains("storage_not_found: snapshot 7: gone"),
+            "{message}"
+        );
+        assert_eq!(snapshot, Some(7));
+        // With the parent retained, a missing file is just that.
+        let SyncError::Table { message, .. } = missing().in_gap(7, None) else {
+            panic!("still stops the table");
+        };
+        assert!(message.starts_with("cannot publish snapshot 7: storage_not_found"));
+        // Other failures are what they were.
+        let other = SyncError::Transient("catalog_timeout: slow".into()).in_gap(7, Some(6));
+        assert!(matches!(other, SyncError::Transient(m) if m == "catalog_timeout: slow"));
     }
 
     #[test]
