@@ -75,7 +75,8 @@ async fn node_on_s3() -> (Node, String) {
     (Node::start(settings).await, prefix)
 }
 
-fn rows(events: &[Value]) -> Vec<(String, i64, Option<String>)> {
+/// (op, id, name) of each event, from the image it carries.
+pub(crate) fn rows(events: &[Value]) -> Vec<(String, i64, Option<String>)> {
     events
         .iter()
         .map(|e| {
@@ -93,7 +94,8 @@ fn rows(events: &[Value]) -> Vec<(String, i64, Option<String>)> {
         .collect()
 }
 
-fn insert(id: i64) -> (String, i64, Option<String>) {
+/// The row of an insert of `id` by the pyiceberg writer.
+pub(crate) fn insert(id: i64) -> (String, i64, Option<String>) {
     ("insert".into(), id, Some(format!("py{id}")))
 }
 

@@ -15,7 +15,7 @@ use object_store::ObjectStore;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 
-use crate::object_storage::LakeTable;
+use crate::object_storage::{LakeTable, insert, rows};
 use crate::s3;
 use crate::support::wait_until;
 
@@ -212,24 +212,6 @@ async fn accepts(credential: &Credential) -> bool {
     store.list_with_delimiter(None).await.is_ok()
 }
 
-/// (op, id) of each event.
-fn ops(events: &[Value]) -> Vec<(String, i64)> {
-    events
-        .iter()
-        .map(|e| {
-            let image = if e["op"] == "delete" {
-                &e["before"]
-            } else {
-                &e["after"]
-            };
-            (
-                e["op"].as_str().unwrap().to_string(),
-                image["id"].as_i64().unwrap(),
-            )
-        })
-        .collect()
-}
-
 #[tokio::test]
 async fn vended_credentials_that_expire_while_following_are_renewed() {
     let ttl = Duration::from_secs(6);
@@ -280,10 +262,9 @@ async fn vended_credentials_that_expire_while_following_are_renewed() {
 
     // Nothing lost, nothing twice.
     let (events, _) = node.all_events(&id, None, 100).await;
-    let insert = |id| ("insert".to_string(), id);
-    let mut expected: Vec<(String, i64)> = (1..=4).map(insert).collect();
-    expected.push(("delete".into(), 2));
+    let mut expected: Vec<_> = (1..=4).map(insert).collect();
+    expected.push(("delete".into(), 2, Some("py2".into())));
     expected.extend((6..=8).map(insert));
-    assert_eq!(ops(&events), expected);
+    assert_eq!(rows(&events), expected);
     node.shutdown().await;
 }
