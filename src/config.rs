@@ -244,6 +244,53 @@ pub struct ApiSettings {
     pub stream_retry: Duration,
     /// The largest request body accepted, in bytes; larger ones answer `413`.
     pub max_body_bytes: usize,
+    /// Web origins (`https://dashboard.example`) whose pages may call the API from a
+    /// browser (CORS), or `*` for any. None by default: a browser then keeps pages of
+    /// other origins from reading answers. In the environment a list separated by commas
+    /// (`ICEFEED_API__CORS_ALLOWED_ORIGINS=https://a.example,http://localhost:3000`).
+    #[serde(deserialize_with = "comma_list")]
+    pub cors_allowed_origins: Vec<String>,
+}
+
+/// Which web origins may call the API from a browser.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CorsOrigins {
+    /// Any origin (`*`).
+    Any,
+    /// These origins, as browsers send them (`scheme://host[:port]`).
+    Only(Vec<String>),
+}
+
+impl ApiSettings {
+    /// The origins `cors_allowed_origins` names; `None` when CORS is off.
+    pub fn cors_origins(&self) -> Result<Option<CorsOrigins>, ConfigError> {
+        let origins = &self.cors_allowed_origins;
+        if origins.is_empty() {
+            return Ok(None);
+        }
+        if origins.iter().any(|o| o == "*") {
+            return Ok(Some(CorsOrigins::Any));
+        }
+        let origin = |entry: &String| {
+            let bad = |why: &str| {
+                ConfigError::Invalid(format!(
+                    "api.cors_allowed_origins: {entry:?} {why}; write an origin such as \
+                     https://dashboard.example or http://localhost:3000, or * for any"
+                ))
+            };
+            let url = url::Url::parse(entry).map_err(|_| bad("is not a URL"))?;
+            if !matches!(url.scheme(), "http" | "https") || url.host().is_none() {
+                return Err(bad("is not an http(s) origin"));
+            }
+            if url.path() != "/" || url.query().is_some() || !url.username().is_empty() {
+                return Err(bad("has more than a scheme, host and port"));
+            }
+            Ok(url.origin().ascii_serialization())
+        };
+        Ok(Some(CorsOrigins::Only(
+            origins.iter().map(origin).collect::<Result<_, _>>()?,
+        )))
+    }
 }
 
 impl Default for Settings {
@@ -292,6 +339,7 @@ impl Default for ApiSettings {
             stream_heartbeat: Duration::from_secs(15),
             stream_retry: Duration::from_secs(3),
             max_body_bytes: 1 << 20,
+            cors_allowed_origins: Vec::new(),
         }
     }
 }
@@ -466,6 +514,7 @@ impl Settings {
             ));
         }
         self.network.host_policy()?;
+        self.api.cors_origins()?;
         if let Some(token) = &self.auth.admin_token
             && token.expose().chars().count() < MIN_ADMIN_TOKEN_CHARS
         {
@@ -585,6 +634,40 @@ mod tests {
             assert!(
                 is_setting(&key.to_ascii_uppercase()),
                 "{key} is not in SETTINGS"
+            );
+        }
+    }
+
+    #[test]
+    fn cors_origins_are_origins_or_a_star() {
+        let api = |origins: &[&str]| ApiSettings {
+            cors_allowed_origins: origins.iter().map(|o| o.to_string()).collect(),
+            ..ApiSettings::default()
+        };
+        assert_eq!(ApiSettings::default().cors_origins().unwrap(), None);
+        assert_eq!(
+            api(&["https://dash.example/", "http://localhost:3000"])
+                .cors_origins()
+                .unwrap(),
+            Some(CorsOrigins::Only(vec![
+                "https://dash.example".into(),
+                "http://localhost:3000".into()
+            ]))
+        );
+        assert_eq!(
+            api(&["https://dash.example", "*"]).cors_origins().unwrap(),
+            Some(CorsOrigins::Any)
+        );
+        for bad in [
+            "dash.example",
+            "ftp://dash.example",
+            "https://dash.example/app",
+            "https://dash.example?x=1",
+        ] {
+            let error = api(&[bad]).cors_origins().unwrap_err().to_string();
+            assert!(
+                error.contains("api.cors_allowed_origins") && error.contains(bad),
+                "{error}"
             );
         }
     }

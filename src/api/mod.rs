@@ -17,12 +17,13 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::http::{HeaderName, StatusCode};
+use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::Notify;
 use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 use utoipa::OpenApi;
@@ -30,10 +31,13 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use crate::changes::ChangeStore;
-use crate::config::Settings;
+use crate::config::{CorsOrigins, Settings};
 use crate::delivery::{ChangeNotifier, Feed};
 use crate::store::Store;
 use error::ApiError;
+
+/// How long a browser may reuse a preflight's answer.
+const CORS_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// What every handler can reach.
 #[derive(Clone)]
@@ -247,7 +251,13 @@ pub fn router(state: AppState) -> Router {
     let document = Arc::new(openapi_json());
     let request_id = HeaderName::from_static("x-request-id");
     let max_body = state.settings.api.max_body_bytes;
-    router
+    let cors = state
+        .settings
+        .api
+        .cors_origins()
+        .expect("settings are validated at start")
+        .map(cors_layer);
+    let router = router
         // On the API's routes only: `/openapi.json` and the fallbacks need no token.
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
@@ -286,5 +296,40 @@ pub fn router(state: AppState) -> Router {
         }))
         .layer(access_log())
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
-        .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
+        .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid));
+    // Outermost: a preflight is answered before authentication, which browsers never
+    // send one with.
+    match cors {
+        Some(cors) => router.layer(cors),
+        None => router,
+    }
+}
+
+/// Cross-origin requests from the web origins the settings allow; none without them.
+fn cors_layer(origins: CorsOrigins) -> CorsLayer {
+    use axum::http::{Method, header};
+    let allowed = match origins {
+        CorsOrigins::Any => AllowOrigin::any(),
+        CorsOrigins::Only(origins) => AllowOrigin::list(
+            origins
+                .iter()
+                .map(|o| HeaderValue::from_str(o).expect("an origin is a header value")),
+        ),
+    };
+    CorsLayer::new()
+        .allow_origin(allowed)
+        .allow_methods([Method::GET, Method::POST, Method::PATCH, Method::DELETE])
+        .allow_headers([
+            header::AUTHORIZATION,
+            header::CONTENT_TYPE,
+            header::ACCEPT,
+            HeaderName::from_static("last-event-id"),
+        ])
+        .expose_headers([
+            HeaderName::from_static("x-request-id"),
+            header::WWW_AUTHENTICATE,
+            header::RETRY_AFTER,
+            header::LOCATION,
+        ])
+        .max_age(CORS_MAX_AGE)
 }
