@@ -3,6 +3,7 @@
 mod auth;
 mod catalogs;
 mod change_stores;
+mod compression;
 mod cors;
 mod diffing;
 mod equality_deletes;
