@@ -21,12 +21,16 @@ use crate::store::{SourceTable, TableId};
 
 const TAG: &str = "changes";
 
+/// The `after` that starts a feed at its head.
+const AFTER_NOW: &str = "now";
+
 /// Query parameters of a page request.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct PageQuery {
     /// Cursor to continue after (the `next` of the previous page or an event's
-    /// `position`); omit to start at the oldest retained event.
+    /// `position`); `now` to start at the head (only events published from now on);
+    /// omit to start at the oldest retained event.
     pub after: Option<String>,
     /// Events per page (default 1000); at most `api.max_limit` (10000).
     #[param(minimum = 1)]
@@ -163,8 +167,9 @@ pub async fn get_changes(
     page.respond(&state, tail, &table, &selection).await
 }
 
-/// The position a cursor names; none or empty is the oldest retained event. A cursor
-/// beyond what the feed published answers `400 cursor_ahead`.
+/// The position a cursor names; none or empty is the oldest retained event, `now` the
+/// head of the feed as `table` was loaded. A cursor beyond what the feed published
+/// answers `400 cursor_ahead`.
 pub(crate) async fn start_position(
     state: &AppState,
     table: &SourceTable,
@@ -172,6 +177,10 @@ pub(crate) async fn start_position(
 ) -> Result<Position, ApiError> {
     match cursor {
         None | Some("") => Ok(feed_start(table)),
+        Some(AFTER_NOW) => Ok(Position {
+            ordinal: table.last_ordinal + 1,
+            consumed: 0,
+        }),
         Some(cursor) => {
             let position = Position::from_cursor(cursor, table.id)?;
             ensure_published(state, table, position).await?;

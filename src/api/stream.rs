@@ -33,8 +33,9 @@ pub const LAST_EVENT_ID: &str = "last-event-id";
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct StreamQuery {
-    /// Cursor to start after when no `Last-Event-ID` header is sent; omit both to start
-    /// at the beginning of the feed.
+    /// Cursor to start after when no `Last-Event-ID` header is sent, or `now` to send
+    /// only events published from now on; omit both to start at the beginning of the
+    /// feed.
     pub after: Option<String>,
     /// Most events read and sent at a time (default 1000): what a slow client can hold
     /// in the server's memory. At most `api.max_limit` (10000).

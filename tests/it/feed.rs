@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::fixtures::{RegisteredOrders, order_json, orders, orders_schema, registered_orders};
+use crate::stream::SseClient;
 use crate::support::{Node, Warehouse, fresh_database, head, test_settings};
 
 fn ids(events: &[Value]) -> Vec<i64> {
@@ -315,5 +316,47 @@ async fn long_polls_answer_on_publish_or_with_the_same_cursor_when_the_wait_ends
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     assert_eq!(&lines, page["events"].as_array().unwrap());
+    node.shutdown().await;
+}
+
+#[tokio::test]
+async fn after_now_starts_a_page_or_a_stream_at_the_head() {
+    let RegisteredOrders {
+        wh,
+        table: t,
+        node,
+        store: _store,
+        id,
+    } = registered_orders(1..=3).await;
+    let (events, _) = node.all_events(&id, None, 100).await;
+    assert_eq!(ids(&events), vec![1, 2, 3]);
+
+    // At the head: an empty page, and a cursor to go on from there.
+    let (status, page) = node
+        .get(&format!("/v1/tables/{id}/changes?after=now"))
+        .await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page["events"], json!([]));
+    assert_eq!(page["more"], false);
+    let mut stream = SseClient::connect(
+        &node,
+        &format!("/v1/tables/{id}/changes/stream?after=now"),
+        None,
+    )
+    .await;
+
+    // What is published after it is all a reader starting there gets.
+    let t = wh.append(&t, &[orders(4..=5)]).await;
+    node.wait_for_checkpoint(&id, head(&t)).await;
+    let (_, page) = node
+        .get(&format!(
+            "/v1/tables/{id}/changes?after={}",
+            page["next"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(ids(page["events"].as_array().unwrap()), vec![4, 5]);
+    let first = stream.expect(Duration::from_secs(10)).await;
+    let event: Value = serde_json::from_str(&first.data).unwrap();
+    assert_eq!(event["after"]["id"], 4, "{event}");
     node.shutdown().await;
 }
