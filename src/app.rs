@@ -43,7 +43,7 @@ impl RunningNode {
 pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Result<RunningNode> {
     settings.check_exposure()?;
     let settings = Arc::new(settings);
-    let store = Store::connect(&settings.database_url)
+    let store = Store::connect_with(&settings.database_url, &settings.database)
         .await
         .context("connecting to PostgreSQL (set ICEFEED_DATABASE_URL)")?;
     store.migrate().await.context("applying migrations")?;

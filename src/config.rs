@@ -17,6 +17,8 @@ pub use crate::secret::Secret;
 pub struct Settings {
     /// PostgreSQL connection URL (registry, leases, checkpoints, change-set index).
     pub database_url: String,
+    /// The connection pool to it.
+    pub database: DatabaseSettings,
     /// Address the HTTP API listens on.
     pub listen: SocketAddr,
     /// Where change sets are kept: a local directory or an `s3://`, `gs://`, `az://` URL.
@@ -40,6 +42,32 @@ pub struct Settings {
     pub auth: AuthSettings,
     /// Which hosts tables' settings may make the node connect to.
     pub network: NetworkSettings,
+}
+
+/// The PostgreSQL connection pool of one node.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DatabaseSettings {
+    /// Connections the node keeps open at most.
+    pub max_connections: u32,
+    /// How long a request or a worker waits for a connection (a free one, or a new one
+    /// while the server is unreachable) before it fails: requests then answer
+    /// `503 database_unavailable` with `Retry-After`.
+    #[serde(with = "humantime_serde")]
+    pub acquire_timeout: Duration,
+    /// Statements running longer are cancelled by the server.
+    #[serde(with = "humantime_serde")]
+    pub statement_timeout: Duration,
+}
+
+impl Default for DatabaseSettings {
+    fn default() -> Self {
+        Self {
+            max_connections: 16,
+            acquire_timeout: Duration::from_secs(5),
+            statement_timeout: Duration::from_secs(60),
+        }
+    }
 }
 
 /// The hosts beyond the public internet that catalogs, storage endpoints and push
@@ -297,6 +325,7 @@ impl Default for Settings {
     fn default() -> Self {
         Self {
             database_url: "postgres://icefeed:icefeed@127.0.0.1:5432/icefeed".into(),
+            database: DatabaseSettings::default(),
             listen: ([127, 0, 0, 1], 8080).into(),
             change_store: ".icefeed/changes".into(),
             change_store_options: Default::default(),
@@ -433,6 +462,7 @@ const MIN_ADMIN_TOKEN_CHARS: usize = 32;
 /// Top-level settings; other `ICEFEED_*` variables (used by scripts and tests) are ignored.
 const SETTINGS: &[&str] = &[
     "database_url",
+    "database",
     "listen",
     "change_store",
     "change_store_options",
@@ -496,6 +526,15 @@ impl Settings {
         if self.api.default_limit == 0 || self.api.default_limit > self.api.max_limit {
             return Err(ConfigError::Invalid(
                 "api.default_limit must be between 1 and api.max_limit".into(),
+            ));
+        }
+        let db = &self.database;
+        if db.max_connections < 2 || db.acquire_timeout.is_zero() || db.statement_timeout.is_zero()
+        {
+            return Err(ConfigError::Invalid(
+                "database.max_connections must be at least 2, and database.acquire_timeout and \
+                 database.statement_timeout positive"
+                    .into(),
             ));
         }
         if self.catalog.timeout.is_zero() {

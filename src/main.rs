@@ -74,9 +74,10 @@ async fn main() -> anyhow::Result<()> {
         Command::Openapi => print_all(&icefeed::api::openapi_json())?,
         Command::Migrate => {
             let settings = Settings::load(cli.config.as_deref())?;
-            let store = icefeed::store::Store::connect(&settings.database_url)
-                .await
-                .context("connecting to PostgreSQL")?;
+            let store =
+                icefeed::store::Store::connect_with(&settings.database_url, &settings.database)
+                    .await
+                    .context("connecting to PostgreSQL")?;
             store.migrate().await?;
             tracing::info!("migrations applied");
         }

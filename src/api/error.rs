@@ -13,6 +13,9 @@ use crate::delivery::FeedError;
 use crate::network::{HOST_NOT_ALLOWED, HostRefused};
 use crate::store::StoreError;
 
+/// Seconds a `503` answer asks the client to wait before trying again.
+pub const RETRY_AFTER_SECONDS: u32 = 5;
+
 /// An RFC 9457 problem document.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Problem {
@@ -76,6 +79,16 @@ impl ApiError {
         .with("error_id", id.to_string())
     }
 
+    /// 503: the database cannot be used right now. The cause goes to the log only.
+    pub fn database_unavailable(error: &dyn std::fmt::Display) -> Self {
+        tracing::warn!(error = %error, "database unavailable");
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "database_unavailable",
+            "the node cannot reach its database right now; retry after the time in Retry-After",
+        )
+    }
+
     /// The stable code.
     pub fn code(&self) -> &'static str {
         self.code
@@ -102,10 +115,15 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status;
         let mut response = (status, axum::Json(self.into_problem())).into_response();
-        response.headers_mut().insert(
+        let headers = response.headers_mut();
+        headers.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
+        // Every 503 is a passing condition: say when to come back.
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+        }
         response
     }
 }
@@ -115,6 +133,7 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::NotFound => Self::new(StatusCode::NOT_FOUND, "not_found", "not found"),
             StoreError::Conflict(what) => Self::new(StatusCode::CONFLICT, "conflict", what),
+            unavailable if unavailable.is_unavailable() => Self::database_unavailable(&unavailable),
             other => Self::internal(&other),
         }
     }
@@ -211,6 +230,7 @@ impl From<FeedError> for ApiError {
                 )
                 .with("segment", key)
             }
+            FeedError::Store(store) => store.into(),
             other => Self::internal(&other),
         }
     }

@@ -39,11 +39,7 @@ pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Health>,
             "migrations_pending",
             "the database schema is behind this binary; run `icefeed migrate`",
         )),
-        Err(e) => Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "database_unavailable",
-            format!("the database is not reachable: {e}"),
-        )),
+        Err(e) => Err(ApiError::database_unavailable(&e)),
     }
 }
 

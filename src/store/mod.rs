@@ -9,10 +9,12 @@ mod tables;
 mod tasks;
 mod tokens;
 
-use std::time::Duration;
+use std::str::FromStr;
 
 use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::config::DatabaseSettings;
 
 pub use change_sets::{CHANGES_CHANNEL, ChangeSetRecord, NewChangeSet, NewSegment, SegmentRecord};
 pub use leases::Lease;
@@ -50,6 +52,29 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Whether the database could not be used at all (unreachable, shutting down, out
+    /// of connections, too slow), rather than refusing this statement: worth a retry
+    /// after a while, by the client or the next tick.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            StoreError::Database(e) => match e {
+                sqlx::Error::PoolTimedOut
+                | sqlx::Error::PoolClosed
+                | sqlx::Error::Io(_)
+                | sqlx::Error::Tls(_)
+                | sqlx::Error::Protocol(_) => true,
+                // Connection exceptions (08), too many connections (53300), the server
+                // shutting down or starting (57P01–57P03), a statement timeout (57014).
+                sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+                    code.starts_with("08")
+                        || matches!(&*code, "53300" | "57P01" | "57P02" | "57P03" | "57014")
+                }),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
     fn from_unique(err: sqlx::Error, what: &str) -> Self {
         match &err {
             sqlx::Error::Database(db) if db.is_unique_violation() => {
@@ -67,12 +92,20 @@ pub struct Store {
 }
 
 impl Store {
-    /// Connects a pool to `url`, failing fast when the server does not answer.
+    /// Connects a pool to `url` with the default pool settings.
     pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::connect_with(url, &DatabaseSettings::default()).await
+    }
+
+    /// Connects a pool to `url`, failing fast when the server does not answer.
+    pub async fn connect_with(url: &str, settings: &DatabaseSettings) -> Result<Self, StoreError> {
+        let statement_timeout = settings.statement_timeout.as_millis().to_string();
+        let options = PgConnectOptions::from_str(url)?
+            .options([("statement_timeout", statement_timeout.as_str())]);
         let pool = PgPoolOptions::new()
-            .max_connections(16)
-            .acquire_timeout(Duration::from_secs(10))
-            .connect(url)
+            .max_connections(settings.max_connections)
+            .acquire_timeout(settings.acquire_timeout)
+            .connect_with(options)
             .await?;
         Ok(Self { pool })
     }

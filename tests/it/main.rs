@@ -21,6 +21,7 @@ mod object_storage;
 mod openapi;
 mod opensearch;
 mod oracle;
+mod outage;
 mod push;
 mod pyiceberg;
 mod retention;
