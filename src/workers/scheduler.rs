@@ -129,15 +129,17 @@ impl Scheduler {
             .await
             .map_err(|e| e.after(table.last_error.as_deref()));
         let name = table.table_name.clone();
+        // By id, which no other registration shares; the name for people.
+        let labels = [("table_id", table.id.to_string()), ("table", name.clone())];
         match result {
             Ok(outcome) => {
                 let behind = outcome
                     .oldest_pending_committed_at
                     .map(|t| (chrono::Utc::now() - t).num_milliseconds() as f64 / 1000.0)
                     .unwrap_or(0.0);
-                metrics::gauge!("icefeed_table_snapshots_behind", "table" => name.clone())
+                metrics::gauge!("icefeed_table_snapshots_behind", &labels)
                     .set(outcome.snapshots_behind as f64);
-                metrics::gauge!("icefeed_table_seconds_behind", "table" => name).set(behind);
+                metrics::gauge!("icefeed_table_seconds_behind", &labels).set(behind);
                 if let Err(e) = self.store.record_poll(table.id, &lease, &outcome).await {
                     tracing::debug!(error = %e, "could not record poll");
                 }
@@ -146,8 +148,7 @@ impl Scheduler {
                 tracing::info!(table = %name, "sync abandoned");
             }
             Err(SyncError::Transient(message)) => {
-                metrics::counter!("icefeed_scheduler_poll_errors_total", "table" => name.clone())
-                    .increment(1);
+                metrics::counter!("icefeed_scheduler_poll_errors_total", &labels).increment(1);
                 tracing::warn!(table = %name, error = %message, "poll failed; will retry");
                 let backoff = self.backoff(&table);
                 let _ = self
@@ -156,8 +157,7 @@ impl Scheduler {
                     .await;
             }
             Err(SyncError::Table { message, snapshot }) => {
-                metrics::counter!("icefeed_scheduler_poll_errors_total", "table" => name.clone())
-                    .increment(1);
+                metrics::counter!("icefeed_scheduler_poll_errors_total", &labels).increment(1);
                 tracing::error!(table = %name, error = %message, "table stopped");
                 let _ = self
                     .store

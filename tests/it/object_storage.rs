@@ -377,13 +377,14 @@ async fn catalog_settings_are_replaced_without_losing_the_feed() {
     node.shutdown().await;
 }
 
-/// The sum of a counter's samples for one table in `/metrics`.
-async fn table_counter(node: &Node, name: &str, table: &str) -> f64 {
-    let label = format!("table=\"{table}\"");
+/// The sum of a counter's samples for one table in `/metrics`, labelled with its id
+/// and its name.
+async fn table_counter(node: &Node, name: &str, id: &str, table: &str) -> f64 {
+    let labels = [format!("table_id=\"{id}\""), format!("table=\"{table}\"")];
     node.get_text("/metrics")
         .await
         .lines()
-        .filter(|l| l.starts_with(name) && l.contains(&label))
+        .filter(|l| l.starts_with(name) && labels.iter().all(|label| l.contains(label)))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
@@ -402,7 +403,14 @@ async fn storage_faults_are_retried_and_lose_nothing() {
         .register(&table.registration(s3::rest_catalog(props)))
         .await;
     node.wait_for_checkpoint(&id, s1).await;
-    let errors = || table_counter(&node, "icefeed_scheduler_poll_errors_total", &table.ident);
+    let errors = || {
+        table_counter(
+            &node,
+            "icefeed_scheduler_poll_errors_total",
+            &id,
+            &table.ident,
+        )
+    };
     let before = errors().await;
 
     // Throttling, resets, bodies cut off and slow answers on the data files: more in a
