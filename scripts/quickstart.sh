@@ -123,10 +123,50 @@ until curl -fsS -o /dev/null --max-time 2 "$BASE/readyz" 2>/dev/null; do
 done
 echo "ready: $BASE"
 
+# POSTs the registration; prints the HTTP status, the answer goes to $response.
+register() {
+    curl -sS -o "$response" -w '%{http_code}' -X POST \
+        -H 'Content-Type: application/json' --data-binary "$registration" "$BASE/v1/tables"
+}
+
+# The id of the demo.trips registered from this directory's catalog (a quickstart run
+# from another clone registers its own demo.trips in the same database).
+demo_table_id() {
+    curl -fsS "$BASE/v1/tables" | REGISTRATION="$registration" python3 -c '
+import json, os, sys
+mine = json.loads(os.environ["REGISTRATION"])["catalog"]["uri"]
+tables = json.load(sys.stdin)["tables"]
+print(next(t["id"] for t in tables
+           if t["table"] == "demo.trips" and t["catalog"].get("uri") == mine))
+'
+}
+
+# Whether the registration at $1 still matches the demo table and the change store:
+# after `.icefeed` was deleted and made anew, its change sets are gone (reading them
+# fails) or its checkpoint is not in the new table (it stops in `error`).
+registration_is_stale() {
+    local url=$1 page_status state
+    page_status=$(curl -sS -o /dev/null -w '%{http_code}' "$url/changes?limit=1")
+    [[ $page_status == 5* ]] && return 0
+    for _ in 1 2 3 4 5 6; do
+        state=$(curl -fsS "$url" | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')
+        [[ $state == error ]] && return 0
+        sleep 0.5
+    done
+    return 1
+}
+
 step "Registering demo.trips"
 response=$(mktemp)
-status=$(curl -sS -o "$response" -w '%{http_code}' -X POST \
-    -H 'Content-Type: application/json' --data-binary "$registration" "$BASE/v1/tables")
+status=$(register)
+if [[ $status == 409 ]]; then
+    table_id=$(demo_table_id)
+    if registration_is_stale "$BASE/v1/tables/$table_id"; then
+        echo "the registration of an earlier run is stale (its demo table or change store was deleted); registering anew."
+        curl -fsS -o /dev/null -X DELETE "$BASE/v1/tables/$table_id"
+        status=$(register)
+    fi
+fi
 case $status in
     200 | 201) echo "registered." ;;
     409) echo "already registered (from an earlier run)." ;;
@@ -139,15 +179,7 @@ case $status in
 esac
 rm -f "$response"
 
-# The table's id, for the URLs below: the one in this directory's catalog (a quickstart
-# run from another clone registers its own demo.trips in the same database).
-table_id=$(curl -fsS "$BASE/v1/tables" | REGISTRATION="$registration" python3 -c '
-import json, os, sys
-mine = json.loads(os.environ["REGISTRATION"])["catalog"]["uri"]
-tables = json.load(sys.stdin)["tables"]
-print(next(t["id"] for t in tables
-           if t["table"] == "demo.trips" and t["catalog"].get("uri") == mine))
-')
+table_id=$(demo_table_id)
 TABLE_URL="$BASE/v1/tables/$table_id"
 
 cat <<EOF
