@@ -120,9 +120,7 @@ impl SyncError {
             other => other,
         }
     }
-}
 
-impl SyncError {
     /// This failure, for a snapshot whose parent `expired_parent` was expired before the
     /// snapshot was published: a file its change needs that is gone went with the parent
     /// (MERGE_ON_READ §1.5). A gap in history, which only a new export can bridge.
