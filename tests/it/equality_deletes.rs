@@ -1265,3 +1265,94 @@ async fn the_key_follows_a_renamed_column_and_a_dropped_one_stops_the_table() {
     );
     node.shutdown().await;
 }
+
+/// Snapshots expired before icefeed published them (MERGE_ON_READ §1.5, M7), as Iceberg
+/// Java expires them, keeping the parent link of the oldest snapshot left: an expired
+/// checkpoint is followed through its child, whose own manifests tell what it changed;
+/// a file the child's change needs that the expiry deleted is a gap, never a skip.
+#[tokio::test]
+async fn snapshots_expired_before_they_were_published_are_followed_or_named_a_gap() {
+    let warehouse = tempfile::tempdir().unwrap();
+    let mut create_table = create(2, false);
+    create_table["table"] = json!("eq.expired");
+    let first = run_writer(
+        warehouse.path(),
+        vec![
+            create_table,
+            append("S0", vec![file("F1", vec![p(1, "a"), p(2, "b")])]),
+        ],
+    )
+    .unwrap();
+    let s0 = committed(&first)[0];
+    let (node, _store) = Node::start_fresh().await;
+    let body = json!({
+        "catalog": {"type": "filesystem",
+                    "warehouse": format!("file://{}", warehouse.path().display())},
+        "table": "eq.expired", "start": "latest", "poll_interval_ms": 100,
+    });
+    let id = node.register(&body).await;
+    node.wait_for_checkpoint(&id, s0).await;
+
+    // The checkpoint expires (its files kept) before its children are published.
+    node.set_paused(&id, true).await;
+    let second = run_writer(
+        warehouse.path(),
+        vec![
+            json!({"op": "append", "table": "eq.expired", "name": "S1",
+                   "files": [file("F2", vec![p(3, "c"), p(4, "d")])]}),
+            json!({"op": "overwrite", "name": "S2", "remove": ["F2"],
+                   "add": [file("F2b", vec![p(3, "c")])]}),
+            json!({"op": "expire", "snapshot_ids": [s0]}),
+        ],
+    )
+    .unwrap();
+    let [s1, s2] = committed(&second).try_into().unwrap();
+    node.set_paused(&id, false).await;
+    node.wait_for_checkpoint(&id, s2).await;
+    let (events, _) = node.all_events(&id, None, 100).await;
+    let changes: Vec<(String, i64, i64)> = events
+        .iter()
+        .map(|e| {
+            let image = if e["op"] == "delete" {
+                &e["before"]
+            } else {
+                &e["after"]
+            };
+            let op = e["op"].as_str().unwrap().to_string();
+            (
+                op,
+                e["snapshot_id"].as_i64().unwrap(),
+                image["id"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    let expected = [("insert", s1, 3), ("insert", s1, 4), ("delete", s2, 4)]
+        .map(|(op, s, id)| (op.to_string(), s, id))
+        .to_vec();
+    assert_eq!(changes, expected);
+
+    // Now the checkpoint expires with the files only it held, one of which its child's
+    // change is computed from.
+    node.set_paused(&id, true).await;
+    let third = run_writer(
+        warehouse.path(),
+        vec![
+            json!({"op": "overwrite", "table": "eq.expired", "name": "S3", "remove": ["F2b"],
+                   "add": [file("F2c", vec![p(3, "C")])]}),
+            json!({"op": "expire", "snapshot_ids": [s2], "clean_files": true}),
+        ],
+    )
+    .unwrap();
+    let s3 = committed(&third)[0];
+    node.set_paused(&id, false).await;
+    let stopped = node.wait_for_state(&id, "error").await;
+    let error = stopped["last_error"].as_str().unwrap();
+    assert!(
+        error.starts_with(&format!("gap: snapshot {s2}, the parent of snapshot {s3}")),
+        "{error}"
+    );
+    assert_eq!(stopped["checkpoint"]["snapshot_id"], s2);
+    let (events, _) = node.all_events(&id, None, 100).await;
+    assert_eq!(events.len(), 3, "nothing is published past a gap");
+    node.shutdown().await;
+}

@@ -133,6 +133,9 @@ import org.apache.iceberg.types.Types;
  *   <li>{@code update_spec}: {@code add} [{source, transform, name}], {@code remove}
  *       [partition field names], {@code rename} {old: new}. No snapshot.
  *   <li>{@code set_properties}: {@code properties}. No snapshot.
+ *   <li>{@code expire}: {@code snapshot_ids} expired with {@code expireSnapshots()}; with
+ *       {@code clean_files} true also the files only they referenced are deleted. No
+ *       snapshot.
  *   <li>{@code scan}: the live rows of {@code snapshot} (default current) as Iceberg Java
  *       reads them, with {@code _file} and {@code _pos}, projected by field id to the schema
  *       of {@code schema_of} (default: that snapshot's own schema).
@@ -253,6 +256,17 @@ public final class IcebergWriter {
           }
           rewrite.commit();
           return committed(table, tracked, step, added);
+        }
+      case "expire":
+        {
+          // As maintenance does it; `clean_files` also deletes the files only they held.
+          org.apache.iceberg.ExpireSnapshots expire =
+              table.expireSnapshots().cleanExpiredFiles(step.path("clean_files").asBoolean(false));
+          for (JsonNode id : step.withArray("snapshot_ids")) {
+            expire.expireSnapshotId(id.asLong());
+          }
+          expire.commit();
+          return NODES.objectNode();
         }
       case "update_schema":
         updateSchema(table, step);
