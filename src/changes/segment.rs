@@ -20,14 +20,39 @@ use parquet::arrow::arrow_reader::{
 use parquet::arrow::async_reader::{ParquetObjectReader, ParquetRecordBatchStreamBuilder};
 use parquet::arrow::{PARQUET_FIELD_ID_META_KEY, ProjectionMask};
 use parquet::file::metadata::PageIndexPolicy;
-
 use roaring::RoaringTreemap;
 
 use super::deleted_rows;
 use super::store::{ChangeStore, ChangeStoreError};
 
-/// Footers kept in memory; a page read then costs only the data it needs.
-const FOOTER_CACHE_ENTRIES: usize = 1024;
+/// Footers (and deleted rows) kept in memory; a page read then costs only the data it
+/// needs.
+const CACHE_ENTRIES: usize = 1024;
+
+/// What a reader keeps of the segments it read, by key: at most [`CACHE_ENTRIES`],
+/// emptied when full (published segments never change, so an entry is never stale).
+#[derive(Debug)]
+struct SegmentCache<V>(Mutex<HashMap<String, V>>);
+
+impl<V> Default for SegmentCache<V> {
+    fn default() -> Self {
+        Self(Mutex::default())
+    }
+}
+
+impl<V: Clone> SegmentCache<V> {
+    fn get(&self, key: &str) -> Option<V> {
+        self.0.lock().expect("segment cache").get(key).cloned()
+    }
+
+    fn insert(&self, key: &str, value: V) {
+        let mut entries = self.0.lock().expect("segment cache");
+        if entries.len() >= CACHE_ENTRIES {
+            entries.clear();
+        }
+        entries.insert(key.to_string(), value);
+    }
+}
 
 /// The Iceberg fields a segment is read as: ids, names and Arrow types, in order.
 #[derive(Clone, Debug)]
@@ -86,12 +111,12 @@ impl ReadSchema {
     }
 }
 
-/// Reads segments from the change store, caching their footers.
+/// Reads segments from the change store, caching their footers and deleted rows.
 #[derive(Clone, Debug)]
 pub struct SegmentReader {
     store: ChangeStore,
-    footers: Arc<Mutex<HashMap<String, ArrowReaderMetadata>>>,
-    deleted: Arc<Mutex<HashMap<String, Arc<RoaringTreemap>>>>,
+    footers: Arc<SegmentCache<ArrowReaderMetadata>>,
+    deleted: Arc<SegmentCache<Arc<RoaringTreemap>>>,
 }
 
 /// A segment as the change-set index records it.
@@ -151,7 +176,7 @@ impl SegmentReader {
         let key = segment.key;
         let (objects, path) = self.store.object(key);
         let mut reader = ParquetObjectReader::new(objects, path).with_file_size(segment.size);
-        let metadata = match self.cached(key) {
+        let metadata = match self.footers.get(key) {
             Some(m) => m,
             None => {
                 // The offset index locates every data page: a read then fetches and
@@ -160,7 +185,7 @@ impl SegmentReader {
                 let options =
                     ArrowReaderOptions::new().with_offset_index_policy(PageIndexPolicy::Optional);
                 let m = ArrowReaderMetadata::load_async(&mut reader, options).await?;
-                self.remember(key, m.clone());
+                self.footers.insert(key, m.clone());
                 m
             }
         };
@@ -217,32 +242,16 @@ impl SegmentReader {
 
     /// The deleted rows stored at `key`, read once per node.
     async fn deleted_rows(&self, key: &str) -> Result<Arc<RoaringTreemap>, ChangeStoreError> {
-        if let Some(deleted) = self.deleted.lock().expect("deleted rows cache").get(key) {
-            return Ok(deleted.clone());
+        if let Some(deleted) = self.deleted.get(key) {
+            return Ok(deleted);
         }
         let bytes = self.store.get(key).await?;
         let deleted = Arc::new(
             deleted_rows::decode(&bytes)
                 .map_err(|e| ChangeStoreError::Corrupt(format!("deleted rows {key}: {e}")))?,
         );
-        let mut cache = self.deleted.lock().expect("deleted rows cache");
-        if cache.len() >= FOOTER_CACHE_ENTRIES {
-            cache.clear();
-        }
-        cache.insert(key.to_string(), deleted.clone());
+        self.deleted.insert(key, deleted.clone());
         Ok(deleted)
-    }
-
-    fn cached(&self, key: &str) -> Option<ArrowReaderMetadata> {
-        self.footers.lock().expect("footer cache").get(key).cloned()
-    }
-
-    fn remember(&self, key: &str, metadata: ArrowReaderMetadata) {
-        let mut footers = self.footers.lock().expect("footer cache");
-        if footers.len() >= FOOTER_CACHE_ENTRIES {
-            footers.clear();
-        }
-        footers.insert(key.to_string(), metadata);
     }
 }
 
@@ -410,7 +419,7 @@ mod tests {
             let expected: Vec<i64> = (offset as i64..(offset + count) as i64).collect();
             assert_eq!(values, expected, "offset {offset}, count {count}");
         }
-        let footer = reader.cached("s.parquet").expect("cached footer");
+        let footer = reader.footers.get("s.parquet").expect("cached footer");
         let pages = footer
             .metadata()
             .offset_index()

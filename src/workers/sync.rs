@@ -16,7 +16,7 @@ use crate::catalog::{
 use crate::changelog::{
     self, DataFileRef, DeleteCache, FileRows, LineageError, PlanError, SnapshotPlan, key_indexes,
 };
-use crate::changes::{ChangeStore, ChangeStoreError, ReadSchema, deleted_rows};
+use crate::changes::{ChangeStore, ChangeStoreError, ReadSchema, StoredSegment, deleted_rows};
 use crate::config::SchedulerSettings;
 use crate::store::{Lease, NewChangeSet, NewSegment, PollOutcome, SourceTable, Store, StoreError};
 
@@ -216,35 +216,27 @@ impl TableSync<'_> {
         schema: &ReadSchema,
         files: Vec<FileRows>,
     ) -> Result<Vec<NewSegment>, SyncError> {
-        // Decoded delete files serve every data file they apply to.
-        let deletes = DeleteCache::default();
-        // Each copy owns what it needs, so copies run concurrently yet land in order.
+        let copy = InsertCopy {
+            changes: self.changes,
+            file_io: iceberg.file_io(),
+            schema,
+            // Decoded delete files serve every data file they apply to.
+            deletes: DeleteCache::default(),
+        };
+        let (copy, stop) = (&copy, self.stop);
+        // The copies run concurrently yet land in order.
         let copies = files
             .into_iter()
             .enumerate()
             .filter(|(_, f)| f.record_count > 0)
-            .map(|(n, file)| {
-                let key = ChangeStore::segment_key(table.id, snapshot_id, n);
-                let (changes, file_io, stop, deletes) = (
-                    self.changes.clone(),
-                    iceberg.file_io().clone(),
-                    self.stop.clone(),
-                    deletes.clone(),
-                );
-                async move {
-                    if stop.is_cancelled() {
-                        return Err(SyncError::Abandoned);
-                    }
-                    let copy = InsertCopy {
-                        changes: &changes,
-                        file_io: &file_io,
-                        schema,
-                        deletes: &deletes,
-                    };
-                    copy.segment(&file, &key)
-                        .await
-                        .map_err(|e| copy_error(e, snapshot_id))
+            .map(|(n, file)| async move {
+                if stop.is_cancelled() {
+                    return Err(SyncError::Abandoned);
                 }
+                let key = ChangeStore::segment_key(table.id, snapshot_id, n);
+                copy.segment(&file, &key)
+                    .await
+                    .map_err(|e| copy_error(e, snapshot_id))
             })
             .collect::<Vec<_>>();
         let segments: Vec<Option<NewSegment>> = futures::stream::iter(copies)
@@ -347,7 +339,7 @@ struct InsertCopy<'a> {
     changes: &'a ChangeStore,
     file_io: &'a FileIO,
     schema: &'a ReadSchema,
-    deletes: &'a DeleteCache,
+    deletes: DeleteCache,
 }
 
 impl InsertCopy<'_> {
@@ -366,13 +358,7 @@ impl InsertCopy<'_> {
                 self.changes.delete(key).await?;
                 return Ok(None);
             }
-            return Ok(Some(NewSegment {
-                event_count: stored.rows,
-                layout: "inserts",
-                path: stored.path,
-                size_bytes: stored.size,
-                deleted_rows: None,
-            }));
+            return Ok(Some(inserts(stored, 0, None)));
         }
         let deleted = if file.deletes.is_empty() {
             RoaringTreemap::new()
@@ -401,13 +387,18 @@ impl InsertCopy<'_> {
                 .await?;
             Some(deleted_key)
         };
-        Ok(Some(NewSegment {
-            event_count: stored.rows - deleted.len() as i64,
-            layout: "inserts",
-            path: stored.path,
-            size_bytes: stored.size,
-            deleted_rows,
-        }))
+        Ok(Some(inserts(stored, deleted.len(), deleted_rows)))
+    }
+}
+
+/// The `inserts` segment of a stored file, `deleted` of whose rows are not events.
+fn inserts(stored: StoredSegment, deleted: u64, deleted_rows: Option<String>) -> NewSegment {
+    NewSegment {
+        event_count: stored.rows - deleted as i64,
+        layout: "inserts",
+        path: stored.path,
+        size_bytes: stored.size,
+        deleted_rows,
     }
 }
 

@@ -22,7 +22,7 @@ use std::sync::OnceLock;
 use serde_json::{Value, json};
 
 use crate::diffing::change;
-use crate::support::Node;
+use crate::support::{Node, image};
 
 // ---------------------------------------------------------------------------------------
 // The cases
@@ -1313,16 +1313,11 @@ async fn snapshots_expired_before_they_were_published_are_followed_or_named_a_ga
     let changes: Vec<(String, i64, i64)> = events
         .iter()
         .map(|e| {
-            let image = if e["op"] == "delete" {
-                &e["before"]
-            } else {
-                &e["after"]
-            };
             let op = e["op"].as_str().unwrap().to_string();
             (
                 op,
                 e["snapshot_id"].as_i64().unwrap(),
-                image["id"].as_i64().unwrap(),
+                image(e)["id"].as_i64().unwrap(),
             )
         })
         .collect();

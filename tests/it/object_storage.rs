@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use crate::fault_proxy::{Fault, FaultProxy};
 use crate::pyiceberg::pyiceberg_with;
 use crate::s3;
-use crate::support::{KillOnDrop, Node, wait_until};
+use crate::support::{KillOnDrop, Node, image, wait_until};
 
 /// A table `<unique namespace>.orders` (id long identifier, name string) in the REST
 /// catalog, written by pyiceberg.
@@ -80,11 +80,7 @@ pub(crate) fn rows(events: &[Value]) -> Vec<(String, i64, Option<String>)> {
     events
         .iter()
         .map(|e| {
-            let image = if e["op"] == "delete" {
-                &e["before"]
-            } else {
-                &e["after"]
-            };
+            let image = image(e);
             (
                 e["op"].as_str().unwrap().to_string(),
                 image["id"].as_i64().unwrap(),

@@ -256,6 +256,15 @@ impl Drop for Node {
     }
 }
 
+/// The row image an event carries: `before` for a delete, else `after`.
+pub fn image(event: &Value) -> &Value {
+    if event["op"] == "delete" {
+        &event["before"]
+    } else {
+        &event["after"]
+    }
+}
+
 /// Polls `check` until it returns `Some`, failing after `timeout`.
 pub async fn wait_until<T, F, Fut>(timeout: Duration, mut check: F) -> T
 where
