@@ -311,15 +311,22 @@ impl Store {
 
     /// The canonical form of a position in a table's feed: the point just before the
     /// next event not consumed, so equal points compare equal. (3, all of 3's events)
-    /// and (4, 0) are both (4, 0) when change set 4 has events. `None` for a position
-    /// the feed never had (past the end of its change set, or past the published end).
+    /// and (4, 0) are both (4, 0) when change set 4 has events. A position inside the
+    /// pruned prefix stays as it is. `None` for a position the feed never had (past the
+    /// end of its change set, or past the published end).
     pub async fn canonical_position(
         &self,
         table: TableId,
         p: Position,
     ) -> Result<Option<Position>, StoreError> {
-        let (last, count, next): (i64, Option<i64>, Option<i64>) = sqlx::query_as(
-            "SELECT t.last_ordinal, \
+        let (last, floor_ordinal, floor_events, count, next): (
+            i64,
+            i64,
+            i64,
+            Option<i64>,
+            Option<i64>,
+        ) = sqlx::query_as(
+            "SELECT t.last_ordinal, t.pruned_through_ordinal, t.pruned_through_events, \
                     (SELECT event_count FROM change_sets WHERE table_id = $1 AND ordinal = $2), \
                     (SELECT min(ordinal) FROM change_sets WHERE table_id = $1 \
                        AND event_count > 0 \
@@ -332,13 +339,15 @@ impl Store {
         .fetch_optional(&self.pool)
         .await?
         .ok_or(StoreError::NotFound)?;
-        let exists = match count {
-            Some(count) => p.consumed <= count,
-            // Before the first change set, a pruned one, or the next to be published.
-            None => p.consumed == 0 && p.ordinal <= last + 1,
-        };
-        if !exists {
+        if beyond(p, last, (floor_ordinal, floor_events), count) {
             return Ok(None);
+        }
+        let pruned =
+            p.ordinal < floor_ordinal || (p.ordinal == floor_ordinal && p.consumed < floor_events);
+        if count.is_none() && pruned {
+            // Pruned: kept as it is, so that reading after it answers `410`, never a
+            // silent step over the pruned events to the next retained change set.
+            return Ok(Some(p));
         }
         let before = |ordinal| Position {
             ordinal,
@@ -367,13 +376,7 @@ impl Store {
             .fetch_optional(&self.pool)
             .await?
             .ok_or(StoreError::NotFound)?;
-        Ok(match count {
-            Some(count) => p.consumed > count,
-            // Pruned: its index row is gone, the floor remembers how many events it had.
-            None if p.ordinal < floor_ordinal => false,
-            None if p.ordinal == floor_ordinal => p.consumed > floor_events,
-            None => p.consumed > 0 || p.ordinal > last.saturating_add(1),
-        })
+        Ok(beyond(p, last, (floor_ordinal, floor_events), count))
     }
 
     /// The ordinal of the change set published for `snapshot_id`, if any.
@@ -513,4 +516,19 @@ pub(super) async fn announce_subscription(
         .execute(executor)
         .await?;
     Ok(())
+}
+
+/// Whether `p` lies beyond a feed whose last change set is `last`, pruned through
+/// `floor` (ordinal, its event count), where change set `p.ordinal` has `count` events
+/// (`None`: no index row, pruned or not published).
+fn beyond(p: Position, last: i64, floor: (i64, i64), count: Option<i64>) -> bool {
+    let (floor_ordinal, floor_events) = floor;
+    match count {
+        Some(count) => p.consumed > count,
+        // Pruned: its index row is gone, the floor remembers how many events it had.
+        None if p.ordinal < floor_ordinal => false,
+        None if p.ordinal == floor_ordinal => p.consumed > floor_events,
+        // Before the first change set, or the start of the next one to be published.
+        None => p.consumed > 0 || p.ordinal > last.saturating_add(1),
+    }
 }
