@@ -8,6 +8,7 @@ pub mod changes;
 pub mod config;
 pub mod delivery;
 pub mod demo;
+pub mod int64;
 pub mod network;
 pub mod secret;
 pub mod store;

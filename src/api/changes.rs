@@ -17,6 +17,7 @@ use super::pages::{
 use super::tables::load;
 use crate::changes::Position;
 use crate::delivery::PageRequest;
+use crate::int64::Int64;
 use crate::store::{SourceTable, TableId};
 
 const TAG: &str = "changes";
@@ -72,9 +73,9 @@ pub struct ChangeEvent {
     #[schema(value_type = Option<Object>)]
     pub after: Option<serde_json::Value>,
     /// The snapshot that made the change.
-    pub snapshot_id: i64,
+    pub snapshot_id: Int64,
     /// Its sequence number.
-    pub sequence_number: i64,
+    pub sequence_number: Int64,
     /// When it was committed (RFC 3339, UTC, milliseconds).
     #[schema(format = DateTime)]
     pub committed_at: String,

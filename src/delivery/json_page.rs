@@ -213,7 +213,8 @@ fn side<'a, 'b>(
 struct EventMeta {
     /// The table name as a JSON string.
     table: Vec<u8>,
-    /// `,"snapshot_id":…,"sequence_number":…,"committed_at":"…","schema_id":…}`.
+    /// `,"snapshot_id":"…","sequence_number":"…","committed_at":"…","schema_id":…}`, the
+    /// 64-bit ids as strings (see `int64`).
     tail: Vec<u8>,
 }
 
@@ -224,7 +225,7 @@ impl EventMeta {
         let mut tail = Vec::new();
         write!(
             tail,
-            ",\"snapshot_id\":{},\"sequence_number\":{},\"committed_at\":\"{}\",\"schema_id\":{}}}",
+            ",\"snapshot_id\":\"{}\",\"sequence_number\":\"{}\",\"committed_at\":\"{}\",\"schema_id\":{}}}",
             segment.snapshot_id,
             segment.sequence_number,
             segment

@@ -19,6 +19,7 @@ use super::opensearch::{
     BulkAction, BulkItem, DocumentId, ItemOutcome, OpenSearchClient, PushTarget, RenderError,
     RetryPolicy, SendError, retry, split,
 };
+use crate::int64::Int64;
 use crate::store::SourceTable;
 
 /// Why an event cannot become a bulk item.
@@ -52,7 +53,7 @@ struct EventView<'a> {
     before: Option<&'a RawValue>,
     #[serde(borrow, default)]
     after: Option<&'a RawValue>,
-    sequence_number: i64,
+    sequence_number: Int64,
     committed_at: DateTime<Utc>,
 }
 
@@ -124,7 +125,7 @@ pub fn item_for_event(
         key: raw(event.key),
         before: raw(event.before),
         after: raw(event.after),
-        sequence_number: event.sequence_number,
+        sequence_number: event.sequence_number.0,
         committed_at: event.committed_at,
     };
     item_for_parts(&parts, target, table)

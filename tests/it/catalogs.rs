@@ -19,7 +19,9 @@ use icefeed::demo::writer::{self, AppendOptions};
 use serde_json::{Value, json};
 
 use crate::fixtures::{order_json, orders, orders_schema};
-use crate::support::{KillOnDrop, Node, Warehouse, fresh_database, head, wait_until};
+use crate::support::{
+    KillOnDrop, Node, Warehouse, fresh_database, head, id_json, id64, wait_until,
+};
 
 fn ids(events: &[Value]) -> Vec<i64> {
     events
@@ -39,7 +41,7 @@ fn assert_inserts(events: &[Value], expected: &[i64], snapshot: i64) {
         assert_eq!(e["table"], "shop.orders");
         assert_eq!(e["key"], json!({ "id": id }));
         assert_eq!(e["after"], order_json(id));
-        assert_eq!(e["snapshot_id"], snapshot);
+        assert_eq!(e["snapshot_id"], id_json(snapshot));
     }
 }
 
@@ -211,8 +213,8 @@ async fn filesystem_metadata_location_reads_one_fixed_version() {
     })
     .await;
     assert_eq!(after["state"], "active", "{after}");
-    assert_eq!(after["checkpoint"]["snapshot_id"], head(&t));
-    assert_eq!(after["head_snapshot_id"], head(&t));
+    assert_eq!(after["checkpoint"]["snapshot_id"], id_json(head(&t)));
+    assert_eq!(after["head_snapshot_id"], id_json(head(&t)));
     assert_eq!(after["lag"]["snapshots"], 0);
     assert_eq!(after["change_sets"], 1);
     assert!(after["last_error"].is_null(), "{after}");
@@ -564,7 +566,7 @@ async fn hive_metastore_catalog() {
             (
                 e["after"]["id"].as_i64().unwrap(),
                 e["after"]["name"].as_str().unwrap().to_string(),
-                e["snapshot_id"].as_i64().unwrap(),
+                id64(&e["snapshot_id"]).unwrap(),
             )
         })
         .collect();

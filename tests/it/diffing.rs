@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::support::Node;
+use crate::support::{Node, id64};
 
 /// One change, normalized for comparison: `[op, key, before, after]` as JSON text (absent
 /// members are null). Order within a change set is not part of the contract.
@@ -105,11 +105,11 @@ pub(crate) async fn compare_feed(
             return Err(format!(
                 "icefeed put {name} in the error state at snapshot {} ({}): {}",
                 t["error_snapshot_id"],
-                label(t["error_snapshot_id"].as_i64()),
+                label(id64(&t["error_snapshot_id"])),
                 t["last_error"]
             ));
         }
-        if t["checkpoint"]["snapshot_id"].as_i64() == Some(last) {
+        if id64(&t["checkpoint"]["snapshot_id"]) == Some(last) {
             break;
         }
         if start.elapsed() > Duration::from_secs(60) {
@@ -123,8 +123,8 @@ pub(crate) async fn compare_feed(
     let (events, _) = node.all_events(id, None, 500).await;
     let mut got: HashMap<i64, Vec<String>> = HashMap::new();
     for e in &events {
-        let snapshot = e["snapshot_id"].as_i64().expect("snapshot_id");
-        if e["sequence_number"].as_i64() != sequence.get(&snapshot).copied() {
+        let snapshot = id64(&e["snapshot_id"]).expect("snapshot_id");
+        if id64(&e["sequence_number"]) != sequence.get(&snapshot).copied() {
             return Err(format!(
                 "{name}: event of an unknown snapshot or with a wrong sequence number \
                  (expected {:?}): {e}",
@@ -290,7 +290,7 @@ pub(crate) async fn check_schemas<S: OracleSnapshot>(
     let mut failures = Vec::new();
     let mut used = BTreeMap::new();
     for e in &events {
-        let Some(s) = e["snapshot_id"].as_i64().and_then(|s| by_id.get(&s)) else {
+        let Some(s) = id64(&e["snapshot_id"]).and_then(|s| by_id.get(&s)) else {
             failures.push(format!("event of an unknown snapshot: {e}"));
             continue;
         };

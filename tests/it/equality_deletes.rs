@@ -22,7 +22,7 @@ use std::sync::OnceLock;
 use serde_json::{Value, json};
 
 use crate::diffing::change;
-use crate::support::{Node, image};
+use crate::support::{Node, id_json, id64, image};
 
 // ---------------------------------------------------------------------------------------
 // The cases
@@ -1044,7 +1044,7 @@ async fn icefeed_publishes(id: &str) {
     }
     let (events, _) = node.all_events(&table, None, 500).await;
     for e in &events {
-        let snapshot = e["snapshot_id"].as_i64().unwrap();
+        let snapshot = id64(&e["snapshot_id"]).unwrap();
         assert!(
             built.snapshots.contains(&snapshot),
             "{id}: an event of an unknown snapshot: {e}"
@@ -1053,7 +1053,7 @@ async fn icefeed_publishes(id: &str) {
     let member = |e: &Value, name: &str| e.get(name).cloned().unwrap_or(Value::Null);
     let mut have: Vec<String> = events
         .iter()
-        .filter(|e| e["snapshot_id"].as_i64() == Some(last))
+        .filter(|e| id64(&e["snapshot_id"]) == Some(last))
         .map(|e| {
             change(
                 e["op"].as_str().unwrap(),
@@ -1236,7 +1236,7 @@ async fn the_key_follows_a_renamed_column_and_a_dropped_one_stops_the_table() {
     let (events, _) = node.all_events(&renamed, None, 100).await;
     let last: Vec<&Value> = events
         .iter()
-        .filter(|e| e["snapshot_id"].as_i64() == Some(s1[0]))
+        .filter(|e| id64(&e["snapshot_id"]) == Some(s1[0]))
         .collect();
     assert_eq!(last.len(), 1, "{events:#?}");
     assert_eq!(last[0]["op"], "update", "{:#}", last[0]);
@@ -1246,7 +1246,7 @@ async fn the_key_follows_a_renamed_column_and_a_dropped_one_stops_the_table() {
     // The events of the first snapshot keep their schema's name.
     let first_keys: Vec<&Value> = events
         .iter()
-        .filter(|e| e["snapshot_id"].as_i64() == Some(s0[0]))
+        .filter(|e| id64(&e["snapshot_id"]) == Some(s0[0]))
         .map(|e| &e["key"])
         .collect();
     assert_eq!(first_keys.len(), 5);
@@ -1256,7 +1256,7 @@ async fn the_key_follows_a_renamed_column_and_a_dropped_one_stops_the_table() {
     );
 
     let t = node.wait_for_state(&dropped, "error").await;
-    assert_eq!(t["error_snapshot_id"], json!(s1[1]), "{t:#}");
+    assert_eq!(t["error_snapshot_id"], id_json(s1[1]), "{t:#}");
     let error = t["last_error"].as_str().unwrap();
     assert!(
         error.contains(&format!("snapshot {}", s1[1]))
@@ -1316,7 +1316,7 @@ async fn snapshots_expired_before_they_were_published_are_followed_or_named_a_ga
             let op = e["op"].as_str().unwrap().to_string();
             (
                 op,
-                e["snapshot_id"].as_i64().unwrap(),
+                id64(&e["snapshot_id"]).unwrap(),
                 image(e)["id"].as_i64().unwrap(),
             )
         })
@@ -1346,7 +1346,7 @@ async fn snapshots_expired_before_they_were_published_are_followed_or_named_a_ga
         error.starts_with(&format!("gap: snapshot {s2}, the parent of snapshot {s3}")),
         "{error}"
     );
-    assert_eq!(stopped["checkpoint"]["snapshot_id"], s2);
+    assert_eq!(stopped["checkpoint"]["snapshot_id"], id_json(s2));
     let (events, _) = node.all_events(&id, None, 100).await;
     assert_eq!(events.len(), 3, "nothing is published past a gap");
     node.shutdown().await;

@@ -9,7 +9,7 @@ use serde_json::json;
 use sqlx::Connection;
 
 use crate::fixtures::{orders, orders_schema};
-use crate::support::{Warehouse, fresh_database, head, wait_until};
+use crate::support::{Warehouse, fresh_database, head, id64, wait_until};
 
 pub(crate) struct Process {
     child: Child,
@@ -164,7 +164,7 @@ async fn two_processes_publish_each_snapshot_exactly_once() {
             .await
             .ok()?;
         assert_ne!(t["state"], "error", "{t}");
-        (t["checkpoint"]["snapshot_id"].as_i64() == Some(last)).then_some(())
+        (id64(&t["checkpoint"]["snapshot_id"]) == Some(last)).then_some(())
     })
     .await;
 

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use crate::fault_proxy::{Fault, FaultProxy};
 use crate::pyiceberg::pyiceberg_with;
 use crate::s3;
-use crate::support::{KillOnDrop, Node, image, wait_until};
+use crate::support::{KillOnDrop, Node, id_json, id64, image, wait_until};
 
 /// A table `<unique namespace>.orders` (id long identifier, name string) in the REST
 /// catalog, written by pyiceberg.
@@ -120,7 +120,7 @@ async fn a_rest_catalog_table_on_s3_flows_into_a_change_store_on_s3() {
     let (events, _) = node.all_events(&id, Some(&next), 100).await;
     let snapshots: Vec<i64> = events
         .iter()
-        .map(|e| e["snapshot_id"].as_i64().unwrap())
+        .map(|e| id64(&e["snapshot_id"]).unwrap())
         .collect();
     assert_eq!(snapshots, [s2, s2, s3_delete]);
     let mut expected = vec![insert(4), insert(5), insert(2)];
@@ -365,7 +365,7 @@ async fn catalog_settings_are_replaced_without_losing_the_feed() {
         updated["catalog"]["properties"]["header.X-Iceberg-Access-Delegation"],
         "vended-credentials"
     );
-    assert_eq!(updated["checkpoint"]["snapshot_id"], s1);
+    assert_eq!(updated["checkpoint"]["snapshot_id"], id_json(s1));
     let s2 = table.write(&["append", "3", "3"]);
     node.wait_for_checkpoint(&id, s2).await;
     let (events, _) = node.all_events(&id, None, 100).await;
@@ -593,7 +593,7 @@ async fn rotated_keys_stop_the_table_until_new_ones_are_patched_in() {
         !error.contains(&old_secret),
         "no secret in the error: {error}"
     );
-    assert_eq!(stopped["checkpoint"]["snapshot_id"], s1);
+    assert_eq!(stopped["checkpoint"]["snapshot_id"], id_json(s1));
 
     // The operator patches the new key in and retries: the feed goes on where it was.
     let path = format!("/v1/tables/{id}");

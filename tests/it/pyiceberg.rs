@@ -7,7 +7,7 @@ use std::process::Command;
 
 use serde_json::json;
 
-use crate::support::{Node, wait_until};
+use crate::support::{Node, id_json, id64, wait_until};
 
 /// The Python with pyiceberg installed (the README's test command sets it up).
 pub fn python() -> String {
@@ -76,7 +76,7 @@ async fn a_pyiceberg_table_flows_through_appends_and_deletes() {
             (
                 e["after"]["id"].as_i64().unwrap(),
                 e["after"]["name"].as_str().unwrap().to_string(),
-                e["snapshot_id"].as_i64().unwrap(),
+                id64(&e["snapshot_id"]).unwrap(),
             )
         })
         .collect();
@@ -94,7 +94,10 @@ async fn a_pyiceberg_table_flows_through_appends_and_deletes() {
     let s3 = pyiceberg(dir.path(), &["delete", "2"]);
     node.wait_for_checkpoint(&id, s3).await;
     let (events, next) = node.all_events(&id, None, 100).await;
-    let deletes: Vec<_> = events.iter().filter(|e| e["snapshot_id"] == s3).collect();
+    let deletes: Vec<_> = events
+        .iter()
+        .filter(|e| e["snapshot_id"] == id_json(s3))
+        .collect();
     assert_eq!(deletes.len(), 1, "{deletes:?}");
     assert_eq!(deletes[0]["op"], "delete");
     assert_eq!(deletes[0]["key"], json!({"id": 2}));
@@ -106,14 +109,15 @@ async fn a_pyiceberg_table_flows_through_appends_and_deletes() {
     node.wait_for_checkpoint(&id, s4).await;
     let s5 = pyiceberg(dir.path(), &["delete", "6"]);
     let table = node.wait_for_state(&id, "error").await;
-    assert_eq!(table["error_snapshot_id"], s5);
+    assert_eq!(table["error_snapshot_id"], id_json(s5));
     let error = table["last_error"].as_str().unwrap();
     assert!(
         error.contains(&s5.to_string()) && error.contains(r#"{"id":6}"#),
         "{error}"
     );
     assert_eq!(
-        table["checkpoint"]["snapshot_id"], s4,
+        table["checkpoint"]["snapshot_id"],
+        id_json(s4),
         "nothing published past the error"
     );
     let (after, _) = node.all_events(&id, Some(&next), 100).await;
@@ -159,7 +163,7 @@ async fn an_expired_checkpoint_stops_the_table_as_a_gap_instead_of_skipping_hist
         .register(&registration(dir.path(), json!({"start": "latest"})))
         .await;
     let (_, table) = node.get(&format!("/v1/tables/{id}")).await;
-    assert_eq!(table["checkpoint"]["snapshot_id"], s1);
+    assert_eq!(table["checkpoint"]["snapshot_id"], id_json(s1));
     node.set_paused(&id, true).await;
 
     // pyiceberg's expiry also clears the parent of the oldest snapshot it leaves, so

@@ -201,7 +201,7 @@ impl Node {
         loop {
             let (_, t) = self.get(&format!("/v1/tables/{id}")).await;
             assert_ne!(t["state"], "error", "table went to error: {t}");
-            if t["checkpoint"]["snapshot_id"].as_i64() == Some(snapshot_id) {
+            if id64(&t["checkpoint"]["snapshot_id"]) == Some(snapshot_id) {
                 return t;
             }
             assert!(
@@ -457,4 +457,15 @@ pub fn run_with_deadline(
         std::thread::sleep(Duration::from_millis(100));
     };
     (status, reader.join().unwrap())
+}
+
+/// A 64-bit id of an answer, which the API writes as a string of digits; `None` for
+/// anything else (a number included: browsers would round it).
+pub fn id64(value: &Value) -> Option<i64> {
+    value.as_str().and_then(|s| s.parse().ok())
+}
+
+/// A 64-bit id as the API writes it.
+pub fn id_json(id: i64) -> Value {
+    Value::String(id.to_string())
 }

@@ -6,6 +6,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::delivery::opensearch::OpenSearchTarget;
+use crate::int64::Int64;
 use crate::store::SubscriptionState;
 
 /// Where a new subscription starts reading each of its tables.
@@ -26,7 +27,7 @@ pub enum SubscriptionStart {
     #[schema(title = "SubscriptionSnapshotStart")]
     SnapshotId {
         /// A snapshot whose change set is published.
-        snapshot_id: i64,
+        snapshot_id: Int64,
     },
     /// With the first change set committed at or after this time.
     #[schema(title = "SubscriptionTimestampStart")]
@@ -242,7 +243,7 @@ pub struct Rewind {
     pub position: Option<String>,
     /// Continue after this snapshot's change set (as `start` does).
     #[serde(default)]
-    pub snapshot_id: Option<i64>,
+    pub snapshot_id: Option<Int64>,
     /// Continue with the first change set committed at or after this time.
     #[serde(default)]
     pub timestamp: Option<DateTime<Utc>>,
@@ -255,7 +256,7 @@ pub struct Rewind {
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct DeadLetterView {
     /// Id, for `redrive`.
-    pub id: i64,
+    pub id: Int64,
     /// The subscription cursor just after the event.
     pub position: String,
     /// The event, as `GET …/events` renders it.
@@ -266,7 +267,7 @@ pub struct DeadLetterView {
     /// The document id; absent when it could not be computed.
     pub document_id: Option<String>,
     /// The external version sent (the change's sequence number).
-    pub version: i64,
+    pub version: Int64,
     /// OpenSearch's error type (e.g. `mapper_parsing_exception`), or
     /// `icefeed_unrenderable_event` when no id, index or routing could be computed.
     pub error_type: String,
@@ -282,7 +283,7 @@ pub struct DeadLetterPage {
     /// Oldest first.
     pub dead_letters: Vec<DeadLetterView>,
     /// Pass as `after` for the next page; absent on the last page.
-    pub next: Option<i64>,
+    pub next: Option<Int64>,
 }
 
 /// Body of `POST /v1/subscriptions/{id}/dead-letters/redrive`.
@@ -293,10 +294,10 @@ pub struct Redrive {
     /// letters after `after` are sent.
     #[serde(default)]
     #[schema(min_items = 1, max_items = 1000)]
-    pub ids: Option<Vec<i64>>,
+    pub ids: Option<Vec<Int64>>,
     /// Without `ids`: start after this dead letter id (a `next` of an earlier answer).
     #[serde(default)]
-    pub after: Option<i64>,
+    pub after: Option<Int64>,
     /// Without `ids`: how many to send, 1 to 1000; default 100.
     #[serde(default)]
     #[schema(minimum = 1, maximum = 1000)]
@@ -313,5 +314,5 @@ pub struct RedriveResult {
     /// Those refused again, with their new reasons; they stay.
     pub rejected: Vec<DeadLetterView>,
     /// Without `ids`: more dead letters follow; pass this as `after` to send them.
-    pub next: Option<i64>,
+    pub next: Option<Int64>,
 }

@@ -22,6 +22,7 @@ use crate::delivery::opensearch::{
     SendError,
 };
 use crate::delivery::push::{ItemError, UNRENDERABLE, item_for_event, send_items};
+use crate::int64::Int64;
 use crate::network::HostPolicy;
 use crate::store::{DeadLetter, SourceTable, SubscriptionState};
 
@@ -258,7 +259,7 @@ pub async fn rewind_subscription(
 #[into_params(parameter_in = Query)]
 pub struct DeadLetterQuery {
     /// Continue after this dead letter id (a page's `next`).
-    pub after: Option<i64>,
+    pub after: Option<Int64>,
     /// Dead letters per page: 1 to 1000, default 100.
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,
@@ -266,12 +267,12 @@ pub struct DeadLetterQuery {
 
 fn dead_letter_view(d: DeadLetter) -> DeadLetterView {
     DeadLetterView {
-        id: d.id,
+        id: Int64(d.id),
         position: d.position,
         event: d.event,
         index: d.index_name,
         document_id: d.document_id,
-        version: d.version,
+        version: Int64(d.version),
         error_type: d.error_type,
         reason: d.reason,
         created_at: d.created_at,
@@ -301,7 +302,7 @@ pub async fn list_dead_letters(
         .store
         .dead_letters(
             loaded.subscription.id,
-            query.after.unwrap_or(0),
+            query.after.map_or(0, i64::from),
             limit as i64,
         )
         .await?;
@@ -359,13 +360,16 @@ pub async fn redrive_dead_letters(
                     format!("{} ids", ids.len()),
                 ));
             }
-            (state.store.dead_letters_by_id(sub, ids).await?, None)
+            {
+                let ids: Vec<i64> = ids.iter().map(|&id| id.into()).collect();
+                (state.store.dead_letters_by_id(sub, &ids).await?, None)
+            }
         }
         (None, after, limit) => {
             let limit = checked_limit(limit)?;
             let rows = state
                 .store
-                .dead_letters(sub, after.unwrap_or(0), limit as i64)
+                .dead_letters(sub, after.map_or(0, i64::from), limit as i64)
                 .await?;
             let next = page_next(&rows, limit);
             (rows, next)
@@ -449,8 +453,8 @@ fn checked_limit(limit: Option<u32>) -> Result<u32, ApiError> {
 }
 
 /// The `next` of a page of `limit` dead letters: its last id when the page is full.
-fn page_next(rows: &[DeadLetter], limit: u32) -> Option<i64> {
+fn page_next(rows: &[DeadLetter], limit: u32) -> Option<Int64> {
     (rows.len() == limit as usize)
-        .then(|| rows.last().map(|d| d.id))
+        .then(|| rows.last().map(|d| Int64(d.id)))
         .flatten()
 }

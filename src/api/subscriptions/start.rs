@@ -36,7 +36,7 @@ pub async fn resolve(
             Position::from_cursor(cursor, table.id)?
         }
         SubscriptionStart::SnapshotId { snapshot_id } => {
-            match store.ordinal_of_snapshot(table.id, *snapshot_id).await? {
+            match store.ordinal_of_snapshot(table.id, snapshot_id.0).await? {
                 Some(ordinal) => before(ordinal + 1),
                 None => {
                     return Err(ApiError::new(

@@ -6,6 +6,7 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::catalog::redact;
+use crate::int64::Int64;
 use crate::store::{Retention, SourceTable, TableState};
 
 /// Where a new table's feed starts.
@@ -19,7 +20,7 @@ pub enum StartPosition {
     #[schema(title = "TableSnapshotStart")]
     SnapshotId {
         /// The snapshot whose successors are published.
-        snapshot_id: i64,
+        snapshot_id: Int64,
     },
     /// Start with the first snapshot committed at or after this time.
     #[schema(title = "TableTimestampStart")]
@@ -96,9 +97,9 @@ pub struct UpdateTable {
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct Checkpoint {
     /// Snapshot id.
-    pub snapshot_id: i64,
+    pub snapshot_id: Int64,
     /// Its sequence number.
-    pub sequence_number: Option<i64>,
+    pub sequence_number: Option<Int64>,
     /// When it was committed.
     pub committed_at: Option<DateTime<Utc>>,
 }
@@ -138,13 +139,13 @@ pub struct TableView {
     /// Last published snapshot; null before the first.
     pub checkpoint: Option<Checkpoint>,
     /// Branch head seen by the last poll.
-    pub head_snapshot_id: Option<i64>,
+    pub head_snapshot_id: Option<Int64>,
     /// Lag behind the table.
     pub lag: Lag,
     /// Last error: why the table is in the error state, or the last transient failure.
     pub last_error: Option<String>,
     /// The snapshot the error is about, if any.
-    pub error_snapshot_id: Option<i64>,
+    pub error_snapshot_id: Option<Int64>,
     /// Change sets published so far.
     pub change_sets: i64,
     /// Retention limits.
@@ -178,17 +179,17 @@ impl From<&SourceTable> for TableView {
             state: t.state,
             export_pending: t.export_pending(),
             checkpoint: t.checkpoint_snapshot_id.map(|snapshot_id| Checkpoint {
-                snapshot_id,
-                sequence_number: t.checkpoint_sequence_number,
+                snapshot_id: Int64(snapshot_id),
+                sequence_number: t.checkpoint_sequence_number.map(Int64),
                 committed_at: t.checkpoint_committed_at,
             }),
-            head_snapshot_id: t.head_snapshot_id,
+            head_snapshot_id: t.head_snapshot_id.map(Int64),
             lag: Lag {
                 snapshots: t.snapshots_behind,
                 seconds,
             },
             last_error: t.last_error.clone(),
-            error_snapshot_id: t.error_snapshot_id,
+            error_snapshot_id: t.error_snapshot_id.map(Int64),
             change_sets: t.last_ordinal,
             retention: t.retention(),
             pruned_through: t.pruned_through_ordinal,

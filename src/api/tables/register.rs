@@ -11,6 +11,7 @@ use super::model::{RegisterTable, StartName, StartPosition};
 use crate::api::error::ApiError;
 use crate::api::limits;
 use crate::catalog::{CatalogConfig, REDACTED, Reach, display_ident, parse_ident};
+use crate::int64::Int64;
 use crate::store::{NewSourceTable, Retention, SourceTable, TableId};
 use crate::workers::committed_at;
 
@@ -214,9 +215,11 @@ fn resolve_start(
         StartPosition::Named(StartName::Snapshot) => Ok((true, None)),
         StartPosition::Named(StartName::Latest) => Ok((false, head)),
         StartPosition::Named(StartName::Earliest) => Ok((false, None)),
-        StartPosition::SnapshotId { snapshot_id } => {
+        &StartPosition::SnapshotId {
+            snapshot_id: Int64(snapshot_id),
+        } => {
             let on_branch = head
-                .map(|h| ancestors_of(metadata, h).any(|s| s.snapshot_id() == *snapshot_id))
+                .map(|h| ancestors_of(metadata, h).any(|s| s.snapshot_id() == snapshot_id))
                 .unwrap_or(false);
             if !on_branch {
                 return Err(ApiError::new(
@@ -227,7 +230,7 @@ fn resolve_start(
                     ),
                 ));
             }
-            Ok((false, Some(*snapshot_id)))
+            Ok((false, Some(snapshot_id)))
         }
         StartPosition::Timestamp { timestamp } => {
             let ms = timestamp.timestamp_millis();

@@ -21,6 +21,7 @@ use crate::delivery::push::{
     EventParts, ItemError, UNRENDERABLE, item_for_event, item_for_parts, send_items,
 };
 use crate::delivery::{Feed, FeedError, Framing, JsonSink, OpSet, Positions, Selection};
+use crate::int64::Int64;
 use crate::store::{
     Lag, NewDeadLetter, PushCommit, SourceTable, Store, StoreError, Subscription,
     SubscriptionState, TableId,
@@ -429,7 +430,8 @@ fn dead_letter(
     let event: serde_json::Value = serde_json::from_slice(line).unwrap_or_default();
     NewDeadLetter {
         position: event["position"].as_str().unwrap_or_default().to_string(),
-        version: event["sequence_number"].as_i64().unwrap_or_default(),
+        version: serde_json::from_value::<Int64>(event["sequence_number"].clone())
+            .map_or(0, i64::from),
         index_name: item.map(|i| i.index.clone()),
         document_id: item.map(|i| i.id.clone()),
         event,
