@@ -133,7 +133,56 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     let (_, mut api) = routes().split_for_parts();
     api.info.version = env!("CARGO_PKG_VERSION").to_string();
     declare_security(&mut api);
+    declare_unavailable(&mut api);
     api
+}
+
+/// Every operation of `api` with its path.
+fn operations(
+    api: &mut utoipa::openapi::OpenApi,
+) -> impl Iterator<Item = (&str, &mut utoipa::openapi::path::Operation)> {
+    api.paths.paths.iter_mut().flat_map(|(path, item)| {
+        [
+            &mut item.get,
+            &mut item.post,
+            &mut item.put,
+            &mut item.patch,
+            &mut item.delete,
+        ]
+        .into_iter()
+        .flatten()
+        .map(move |operation| (path.as_str(), operation))
+    })
+}
+
+/// A problem response with `description`.
+fn problem_response(description: &str) -> utoipa::openapi::Response {
+    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+    ResponseBuilder::new()
+        .description(description)
+        .content(
+            "application/problem+json",
+            ContentBuilder::new()
+                .schema(Some(Ref::from_schema_name("Problem")))
+                .build(),
+        )
+        .build()
+}
+
+/// Adds `description` to an operation's own answer for `status`, if it has one.
+fn add_response(operation: &mut utoipa::openapi::path::Operation, status: &str, description: &str) {
+    let merged = match operation.responses.responses.get(status) {
+        Some(utoipa::openapi::RefOr::T(own)) => {
+            let mut own = own.description.chars();
+            let first = own.next().map(|c| c.to_ascii_lowercase());
+            format!("{description}; or {}{}", first.unwrap_or(' '), own.as_str())
+        }
+        _ => description.to_string(),
+    };
+    operation
+        .responses
+        .responses
+        .insert(status.into(), problem_response(&merged).into());
 }
 
 /// The bearer scheme, required by every operation but health, readiness and metrics,
@@ -142,7 +191,6 @@ fn declare_security(api: &mut utoipa::openapi::OpenApi) {
     use utoipa::openapi::security::{
         HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme,
     };
-    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
 
     const SCHEME: &str = "bearer";
     api.components
@@ -159,50 +207,51 @@ fn declare_security(api: &mut utoipa::openapi::OpenApi) {
                     .build(),
             ),
         );
-    let problem = |description: &str| {
-        ResponseBuilder::new()
-            .description(description)
-            .content(
-                "application/problem+json",
-                ContentBuilder::new()
-                    .schema(Some(Ref::from_schema_name("Problem")))
-                    .build(),
-            )
-            .build()
-    };
-    for (path, item) in api.paths.paths.iter_mut() {
-        if matches!(path.as_str(), "/healthz" | "/readyz" | "/metrics") {
+    for (path, operation) in operations(api) {
+        if matches!(path, "/healthz" | "/readyz" | "/metrics") {
             continue;
         }
-        for operation in [
-            &mut item.get,
-            &mut item.post,
-            &mut item.put,
-            &mut item.patch,
-            &mut item.delete,
-        ]
-        .into_iter()
-        .flatten()
+        operation.security = Some(vec![SecurityRequirement::new::<_, _, &str>(SCHEME, [])]);
+        operation.responses.responses.insert(
+            "401".into(),
+            problem_response("No token, or one that is unknown, revoked or expired (`unauthenticated`, `invalid_token`)").into(),
+        );
+        // An operation's own 403 (settings the node refuses) adds to the scopes'.
+        add_response(
+            operation,
+            "403",
+            "The token's scopes do not allow this operation (`forbidden`)",
+        );
+    }
+}
+
+/// Every operation that reads or writes the database answers 503 while the node cannot
+/// reach it, with `Retry-After`.
+fn declare_unavailable(api: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::HeaderBuilder;
+    use utoipa::openapi::schema::{ObjectBuilder, Type};
+
+    let retry_after = HeaderBuilder::new()
+        .schema(ObjectBuilder::new().schema_type(Type::Integer))
+        .description(Some("Seconds to wait before retrying"))
+        .build();
+    for (path, operation) in operations(api) {
+        // Readiness documents its own 503; health and metrics do not touch the database.
+        if matches!(path, "/healthz" | "/readyz" | "/metrics") {
+            continue;
+        }
+        add_response(
+            operation,
+            "503",
+            "The node cannot reach its database right now (`database_unavailable`); retry \
+             after `Retry-After` seconds",
+        );
+        if let Some(utoipa::openapi::RefOr::T(answer)) =
+            operation.responses.responses.get_mut("503")
         {
-            operation.security = Some(vec![SecurityRequirement::new::<_, _, &str>(SCHEME, [])]);
-            operation.responses.responses.insert(
-                "401".into(),
-                problem("No token, or one that is unknown, revoked or expired (`unauthenticated`, `invalid_token`)").into(),
-            );
-            // An operation's own 403 (settings the node refuses) adds to the scopes'.
-            let forbidden = "The token's scopes do not allow this operation (`forbidden`)";
-            let own = match operation.responses.responses.get("403") {
-                Some(utoipa::openapi::RefOr::T(own)) => {
-                    let mut own = own.description.chars();
-                    let first = own.next().map(|c| c.to_ascii_lowercase());
-                    format!("{forbidden}; or {}{}", first.unwrap_or(' '), own.as_str())
-                }
-                _ => forbidden.to_string(),
-            };
-            operation
-                .responses
-                .responses
-                .insert("403".into(), problem(&own).into());
+            answer
+                .headers
+                .insert("Retry-After".into(), retry_after.clone());
         }
     }
 }

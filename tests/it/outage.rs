@@ -100,7 +100,10 @@ async fn an_unreachable_database_answers_503_and_the_node_recovers_by_itself() {
     assert_eq!(answer(&node, "/v1/tables").await.0, 200);
 
     proxy.set_up(false);
+    let document = serde_json::to_value(icefeed::api::openapi()).unwrap();
     for path in ["/v1/tables", "/v1/subscriptions", "/readyz"] {
+        let documented = &document["paths"][path]["get"]["responses"]["503"];
+        assert!(documented.is_object(), "{path}: 503 is documented");
         let started = Instant::now();
         let (status, retry_after, problem) = answer(&node, path).await;
         assert_eq!(
@@ -109,6 +112,12 @@ async fn an_unreachable_database_answers_503_and_the_node_recovers_by_itself() {
             "{path}: {problem}"
         );
         assert_eq!(retry_after.as_deref(), Some("5"), "{path}");
+        if path != "/readyz" {
+            assert!(
+                documented["headers"]["Retry-After"].is_object(),
+                "{path}: {documented}"
+            );
+        }
         assert!(
             started.elapsed() < Duration::from_secs(5),
             "{path} answered after {:?}",
