@@ -50,6 +50,7 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
     let changes = ChangeStore::open(&settings.change_store, &settings.change_store_options)?;
     let node = settings.node_name();
     let reach = crate::catalog::Reach {
+        types: settings.catalog.allowed_types.clone(),
         local: crate::catalog::LocalPaths::only(&settings.catalog.local_paths),
         hosts: settings.network.host_policy()?,
     };

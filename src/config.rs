@@ -149,6 +149,13 @@ pub struct CatalogSettings {
     /// list separated by `:` (`ICEFEED_CATALOG__LOCAL_PATHS=/data/lake:/srv/tables`).
     #[serde(deserialize_with = "path_list")]
     pub local_paths: Vec<std::path::PathBuf>,
+    /// The catalog types tables may be registered with (`sql`, `rest`, `filesystem`,
+    /// `glue`, `hive`); other registrations answer `403 catalog_type_not_allowed`, and a
+    /// table already registered with a type taken off the list stops. Every type by
+    /// default: each is already confined by `local_paths` and `network.allowed_hosts`.
+    /// In the environment a list separated by commas (`ICEFEED_CATALOG__ALLOWED_TYPES=rest,glue`).
+    #[serde(deserialize_with = "comma_list")]
+    pub allowed_types: Vec<String>,
 }
 
 impl Default for CatalogSettings {
@@ -156,6 +163,10 @@ impl Default for CatalogSettings {
         Self {
             timeout: crate::catalog::DEFAULT_CATALOG_TIMEOUT,
             local_paths: Vec::new(),
+            allowed_types: crate::catalog::CATALOG_TYPES
+                .iter()
+                .map(|t| t.to_string())
+                .collect(),
         }
     }
 }
@@ -537,6 +548,18 @@ impl Settings {
                     .into(),
             ));
         }
+        if self.catalog.allowed_types.is_empty()
+            || self
+                .catalog
+                .allowed_types
+                .iter()
+                .any(|t| !crate::catalog::CATALOG_TYPES.contains(&t.as_str()))
+        {
+            return Err(ConfigError::Invalid(format!(
+                "catalog.allowed_types must list one or more of: {}",
+                crate::catalog::CATALOG_TYPES.join(", ")
+            )));
+        }
         if self.catalog.timeout.is_zero() {
             return Err(ConfigError::Invalid(
                 "catalog.timeout must be positive".into(),
@@ -664,6 +687,32 @@ mod tests {
         let both = vec![std::path::PathBuf::from("/a"), "/b c".into()];
         assert_eq!(parse("[catalog]\nlocal_paths = [\"/a\", \"/b c\"]"), both);
         assert_eq!(parse("[catalog]\nlocal_paths = \"/a:/b c\""), both);
+    }
+
+    #[test]
+    fn allowed_catalog_types_are_every_type_by_default_and_must_be_known() {
+        let parse = |toml: &str| -> Settings {
+            Figment::from(Serialized::defaults(Settings::default()))
+                .merge(Toml::string(toml))
+                .extract()
+                .unwrap()
+        };
+        let defaults = Settings::default();
+        assert_eq!(
+            defaults.catalog.allowed_types,
+            crate::catalog::CATALOG_TYPES
+        );
+        assert!(defaults.validate().is_ok());
+        let some = parse("[catalog]\nallowed_types = \"rest, glue\"");
+        assert_eq!(some.catalog.allowed_types, ["rest", "glue"]);
+        assert!(some.validate().is_ok());
+        for bad in ["allowed_types = []", "allowed_types = [\"rest\", \"jdbc\"]"] {
+            let refused = parse(&format!("[catalog]\n{bad}")).validate().unwrap_err();
+            assert!(
+                refused.to_string().contains("catalog.allowed_types"),
+                "{bad}: {refused}"
+            );
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use crate::catalog::{CatalogError, StorageFault};
+use crate::catalog::{CATALOG_TYPE_NOT_ALLOWED, CatalogError, StorageFault};
 use crate::changes::{ChangeStoreError, CursorError};
 use crate::delivery::FeedError;
 use crate::network::{HOST_NOT_ALLOWED, HostRefused};
@@ -177,6 +177,10 @@ impl From<CatalogError> for ApiError {
             CatalogError::Iceberg(_) => Self::new(StatusCode::BAD_GATEWAY, "catalog_error", detail),
             // Like a local path outside `catalog.local_paths`: the operator's setting.
             CatalogError::HostRefused(refused) => refused.into(),
+            CatalogError::TypeNotAllowed { allowed, .. } => {
+                Self::new(StatusCode::FORBIDDEN, CATALOG_TYPE_NOT_ALLOWED, detail)
+                    .with("allowed", allowed)
+            }
         }
     }
 }

@@ -27,6 +27,9 @@ pub use storage::{LocalPaths, StorageFault, TableStorageFactory, describe as sto
 /// The catalog types icefeed can read from.
 pub const CATALOG_TYPES: &[&str] = &["sql", "rest", "filesystem", "glue", "hive"];
 
+/// The problem code of settings whose type `catalog.allowed_types` does not list.
+pub const CATALOG_TYPE_NOT_ALLOWED: &str = "catalog_type_not_allowed";
+
 /// How to reach the catalog that holds a table.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "type", rename_all = "lowercase")]
@@ -160,6 +163,17 @@ pub enum CatalogError {
     /// `network.allowed_hosts` does not list.
     #[error(transparent)]
     HostRefused(#[from] crate::network::HostRefused),
+    /// The catalog type is not among `catalog.allowed_types`.
+    #[error(
+        "catalog type {kind:?} is not allowed on this node (catalog.allowed_types: {})",
+        allowed.join(", ")
+    )]
+    TypeNotAllowed {
+        /// The type of the settings.
+        kind: &'static str,
+        /// The types the node allows.
+        allowed: Vec<String>,
+    },
 }
 
 impl CatalogError {
@@ -302,6 +316,17 @@ impl CatalogConfig {
                 let catalog = self.connect(reach).await?;
                 load_from(catalog.as_ref(), ident, self, reach).await
             }
+        }
+    }
+
+    /// The `type` of the settings, one of [`CATALOG_TYPES`].
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CatalogConfig::Sql { .. } => "sql",
+            CatalogConfig::Rest { .. } => "rest",
+            CatalogConfig::Filesystem { .. } => "filesystem",
+            CatalogConfig::Glue { .. } => "glue",
+            CatalogConfig::Hive { .. } => "hive",
         }
     }
 

@@ -12,9 +12,11 @@ use super::storage::LocalPaths;
 use super::{CatalogConfig, CatalogError};
 use crate::network::{HostPolicy, without_credentials};
 
-/// The local directories and hosts a node may reach for its tables.
+/// The catalog types, local directories and hosts a node may reach for its tables.
 #[derive(Clone, Debug, Default)]
 pub struct Reach {
+    /// Catalog types that may be used (`catalog.allowed_types`); empty: every type.
+    pub types: Vec<String>,
     /// Local directories whose files may be read.
     pub local: LocalPaths,
     /// Hosts beyond the public internet that may be connected to.
@@ -25,14 +27,22 @@ impl Reach {
     /// Everything: for the demo writers and the benchmarks.
     pub fn unrestricted() -> Self {
         Self {
+            types: Vec::new(),
             local: LocalPaths::unrestricted(),
             hosts: HostPolicy::unrestricted(),
         }
     }
 
-    /// Checks the hosts a catalog's settings name: its service and every URL among its
-    /// properties (storage endpoints, OAuth servers).
+    /// Checks a catalog's settings: its type, and the hosts they name: its service and
+    /// every URL among its properties (storage endpoints, OAuth servers).
     pub async fn check_settings(&self, config: &CatalogConfig) -> Result<(), CatalogError> {
+        let kind = config.kind();
+        if !self.types.is_empty() && !self.types.iter().any(|t| t == kind) {
+            return Err(CatalogError::TypeNotAllowed {
+                kind,
+                allowed: self.types.clone(),
+            });
+        }
         match config {
             CatalogConfig::Rest { uri, .. } => self.hosts.check_url("catalog uri", uri).await?,
             CatalogConfig::Glue { uri: Some(uri), .. } => {

@@ -11,7 +11,8 @@ use tokio_util::sync::CancellationToken;
 
 use super::rewrite::Rewrite;
 use crate::catalog::{
-    CatalogCache, CatalogConfig, CatalogError, StorageFault, parse_ident, storage_cause,
+    CATALOG_TYPE_NOT_ALLOWED, CatalogCache, CatalogConfig, CatalogError, StorageFault, parse_ident,
+    storage_cause,
 };
 use crate::changelog::{
     self, DataFileRef, DeleteCache, FileRows, LineageError, PlanError, SnapshotPlan, key_indexes,
@@ -59,6 +60,10 @@ impl From<CatalogError> for SyncError {
             // Waiting will not change the operator's mind.
             CatalogError::HostRefused(_) => SyncError::Table {
                 message: format!("{}: {e}", crate::network::HOST_NOT_ALLOWED),
+                snapshot: None,
+            },
+            CatalogError::TypeNotAllowed { .. } => SyncError::Table {
+                message: format!("{CATALOG_TYPE_NOT_ALLOWED}: {e}"),
                 snapshot: None,
             },
             _ => SyncError::Transient(e.to_string()),

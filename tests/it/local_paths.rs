@@ -1,7 +1,8 @@
 //! `catalog.local_paths`: a node reads local files only below the directories it is
 //! given — SQLite catalog files, filesystem warehouses and metadata files, and every file
 //! their metadata names — whatever a registration says, through `..` and symbolic links
-//! too, and without telling a missing file from an existing one outside.
+//! too, and without telling a missing file from an existing one outside. And
+//! `catalog.allowed_types`: only the catalog types the operator lists are used.
 
 use serde_json::{Value, json};
 
@@ -135,5 +136,56 @@ async fn by_default_no_local_table_may_be_registered() {
     let node = Node::start(settings).await;
     refused(&node, &wh.registration("shop.orders", json!({}))).await;
     refused(&node, &metadata_file(table.metadata_location().unwrap())).await;
+    node.shutdown().await;
+}
+
+/// `catalog.allowed_types`: a type the operator took off the list is refused at
+/// registration, and a table registered with it before stops instead of being read.
+#[tokio::test]
+async fn catalog_types_off_the_allowed_list_are_refused_and_their_tables_stop() {
+    let wh = Warehouse::new().await;
+    let created = wh.create("shop.orders", orders_schema(), None).await;
+    let table = wh.append(&created, &[orders(1..=2)]).await;
+    let database = fresh_database().await;
+    let store = tempfile::tempdir().unwrap();
+
+    // Registered (a SQL catalog) while every type is allowed.
+    let node = Node::start(test_settings(&database, store.path())).await;
+    let id = node
+        .register(&wh.registration("shop.orders", json!({})))
+        .await;
+    node.wait_for_checkpoint(&id, crate::support::head(&table))
+        .await;
+    node.shutdown().await;
+
+    let mut settings = test_settings(&database, store.path());
+    settings.catalog.allowed_types = vec!["rest".into(), "glue".into()];
+    let node = Node::start(settings).await;
+    for body in [
+        wh.registration("shop.orders", json!({})),
+        metadata_file(table.metadata_location().unwrap()),
+    ] {
+        let (status, problem) = node.post("/v1/tables", &body).await;
+        assert_eq!(
+            (status, problem["code"].as_str()),
+            (403, Some("catalog_type_not_allowed")),
+            "{body}: {problem}"
+        );
+        assert_eq!(problem["allowed"], json!(["rest", "glue"]), "{problem}");
+    }
+    // The table of a type now refused stops with the reason; it is not read.
+    wh.append(&table, &[orders(3..=3)]).await;
+    let stopped = crate::support::wait_until(std::time::Duration::from_secs(20), || async {
+        let (_, t) = node.get(&format!("/v1/tables/{id}")).await;
+        (t["state"] == "error").then_some(t)
+    })
+    .await;
+    let error = stopped["last_error"].as_str().unwrap();
+    assert!(
+        error.starts_with("catalog_type_not_allowed:") && error.contains("\"sql\""),
+        "{stopped}"
+    );
+    let (events, _) = node.all_events(&id, None, 100).await;
+    assert_eq!(events.len(), 2, "nothing read after the type was refused");
     node.shutdown().await;
 }
