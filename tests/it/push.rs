@@ -365,10 +365,15 @@ async fn the_index_ends_equal_to_the_table_through_updates_moves_and_deletes() {
     );
     let metrics = scrape(&node).await;
     let sub_label = format!("subscription=\"{index}\"");
+    // Labelled by the subscription's id, which never changes, as well as its name.
+    let id_label = format!("subscription_id=\"{sub}\"");
     assert!(
-        metrics.contains(&format!(
-            "icefeed_push_documents_indexed_total{{{sub_label}}}"
-        )),
+        gauge(
+            &metrics,
+            "icefeed_push_documents_indexed_total",
+            &[&id_label, &sub_label]
+        )
+        .is_some_and(|n| n > 0.0),
         "{metrics}"
     );
     // The gauges: running and caught up (set when the worker finds nothing more to push).
@@ -381,7 +386,7 @@ async fn the_index_ends_equal_to_the_table_through_updates_moves_and_deletes() {
             "icefeed_push_lag_snapshots",
             "icefeed_push_lag_seconds",
         ]
-        .map(|name| gauge(name, &[&sub_label]));
+        .map(|name| gauge(name, &[&id_label, &sub_label]));
         (states == [Some(1.0), Some(0.0), Some(0.0), Some(0.0)] && lag == [Some(0.0); 3])
             .then_some(())
     })

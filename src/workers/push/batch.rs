@@ -304,7 +304,7 @@ impl Pusher {
     }
 
     fn record(&self, commit: &PushCommit) {
-        let label = [("subscription", self.name.clone())];
+        let label = super::gauges::labels(self.reader.id, &self.name);
         for (name, value) in [
             ("icefeed_push_documents_indexed_total", commit.indexed),
             ("icefeed_push_documents_deleted_total", commit.deleted),

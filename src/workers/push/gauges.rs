@@ -4,6 +4,8 @@
 //! pushes, or that it saw paused or failed until they are resumed or deleted: when it
 //! gives one up, it clears them, so that another node's figures are the only ones.
 
+use uuid::Uuid;
+
 use crate::store::{Lag, SubscriptionState};
 
 const ALL_STATES: [SubscriptionState; 4] = [
@@ -32,35 +34,39 @@ pub fn state_name(state: SubscriptionState) -> &'static str {
     }
 }
 
-/// Sets the state gauges of `subscription`.
-pub fn set_state(subscription: &str, state: SubscriptionState) {
+/// The labels of a subscription's metrics: its id, which never changes, and its name.
+pub fn labels(id: Uuid, name: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("subscription_id", id.to_string()),
+        ("subscription", name.to_string()),
+    ]
+}
+
+/// Sets the state gauges of a subscription.
+pub fn set_state(id: Uuid, subscription: &str, state: SubscriptionState) {
     let current = state_name(state);
     for state in ALL_STATES {
         let name = state_name(state);
-        let labels = [
-            ("subscription", subscription.to_string()),
-            ("state", name.to_string()),
-        ];
+        let mut labels = labels(id, subscription);
+        labels.push(("state", name.to_string()));
         metrics::gauge!(STATE, &labels).set(if name == current { 1.0 } else { 0.0 });
     }
 }
 
-/// Sets the lag gauges of `subscription`.
-pub fn set_lag(subscription: &str, lag: &Lag) {
-    let labels = [("subscription", subscription.to_string())];
+/// Sets the lag gauges of a subscription.
+pub fn set_lag(id: Uuid, subscription: &str, lag: &Lag) {
+    let labels = labels(id, subscription);
     metrics::gauge!(LAG_EVENTS, &labels).set(lag.events as f64);
     metrics::gauge!(LAG_SNAPSHOTS, &labels).set(lag.snapshots as f64);
     metrics::gauge!(LAG_SECONDS, &labels).set(lag.seconds());
 }
 
 /// Clears the gauges of a subscription this node no longer reports: no state, no lag.
-pub fn clear(subscription: &str) {
+pub fn clear(id: Uuid, subscription: &str) {
     for state in ALL_STATES {
-        let labels = [
-            ("subscription", subscription.to_string()),
-            ("state", state_name(state).to_string()),
-        ];
+        let mut labels = labels(id, subscription);
+        labels.push(("state", state_name(state).to_string()));
         metrics::gauge!(STATE, &labels).set(0.0);
     }
-    set_lag(subscription, &Lag::default());
+    set_lag(id, subscription, &Lag::default());
 }

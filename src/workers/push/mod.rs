@@ -28,7 +28,7 @@ const LAG_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 /// Sets the lag gauges of a subscription; a failure only costs a stale figure.
 async fn report_lag(pusher: &Pusher) {
     match pusher.lag().await {
-        Ok(lag) => gauges::set_lag(&pusher.name, &lag),
+        Ok(lag) => gauges::set_lag(pusher.reader.id, &pusher.name, &lag),
         Err(e) => {
             tracing::debug!(subscription = %pusher.name, error = %e, "reading the lag failed")
         }
@@ -106,7 +106,7 @@ impl PushWorker {
                                 Ended::Parked => {
                                     reported.parked.insert(id, name);
                                 }
-                                Ended::GivenUp => gauges::clear(&name),
+                                Ended::GivenUp => gauges::clear(id, &name),
                             }
                         });
                     }
@@ -182,7 +182,7 @@ impl PushWorker {
             };
             let mut reported = reported.lock().expect("reported set");
             if !still && reported.parked.remove(&id).is_some() {
-                gauges::clear(&name);
+                gauges::clear(id, &name);
             }
         }
         Ok(())
@@ -248,7 +248,7 @@ impl PushWorker {
             let step = pusher.run_once(&lost).await;
             let wait = match step {
                 Ok(Step::Pushed { .. }) => {
-                    gauges::set_state(&pusher.name, SubscriptionState::Active);
+                    gauges::set_state(pusher.reader.id, &pusher.name, SubscriptionState::Active);
                     if lag_reported.is_none_or(|at| at.elapsed() >= LAG_REPORT_INTERVAL) {
                         report_lag(&pusher).await;
                         lag_reported = Some(Instant::now());
@@ -256,13 +256,13 @@ impl PushWorker {
                     continue;
                 }
                 Ok(Step::Idle) => {
-                    gauges::set_state(&pusher.name, SubscriptionState::Active);
+                    gauges::set_state(pusher.reader.id, &pusher.name, SubscriptionState::Active);
                     report_lag(&pusher).await;
                     lag_reported = Some(Instant::now());
                     self.settings.idle_recheck
                 }
                 Ok(Step::Stop(Some(state))) => {
-                    gauges::set_state(&pusher.name, state);
+                    gauges::set_state(pusher.reader.id, &pusher.name, state);
                     report_lag(&pusher).await;
                     break Ended::Parked;
                 }
@@ -306,7 +306,11 @@ impl PushWorker {
                     .push_failed(&pusher.lease, pusher.reader.id, &message)
                     .await
                     .map(|_| {
-                        gauges::set_state(&pusher.name, SubscriptionState::Failed);
+                        gauges::set_state(
+                            pusher.reader.id,
+                            &pusher.name,
+                            SubscriptionState::Failed,
+                        );
                         ControlFlow::Break(Ended::Parked)
                     })
             }
@@ -319,7 +323,11 @@ impl PushWorker {
                     .push_backing_off(&pusher.lease, pusher.reader.id, &message, retry_at)
                     .await
                     .map(|_| {
-                        gauges::set_state(&pusher.name, SubscriptionState::BackingOff);
+                        gauges::set_state(
+                            pusher.reader.id,
+                            &pusher.name,
+                            SubscriptionState::BackingOff,
+                        );
                         ControlFlow::Continue(backoff)
                     })
             }
