@@ -185,7 +185,7 @@ TABLE_URL="$BASE/v1/tables/$table_id"
 cat <<EOF
 
 icefeed is running at $BASE with the demo table demo.trips registered.
-Try, in another terminal:
+Open the dashboard at $BASE/ui, or try, in another terminal:
 
   # list the registered tables
   curl -s $BASE/v1/tables

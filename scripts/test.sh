@@ -6,7 +6,7 @@
 # Iceberg REST fixture server via scripts/rest-fixture.sh, an OpenSearch node via
 # scripts/opensearch.sh, a SeaweedFS S3 server and REST catalog via scripts/seaweedfs.sh,
 # a GCS API server via scripts/fake-gcs.sh, an Azure Blob emulator via scripts/azurite.sh,
-# pyspark, the Iceberg Spark runtime jar and iceberg-aws-bundle via scripts/spark.sh), then
+# Chromium and playwright-core via scripts/browser.sh, pyspark, the Iceberg Spark runtime jar and iceberg-aws-bundle via scripts/spark.sh), then
 # runs `cargo test --locked "$@"`.
 #
 # Environment:
@@ -31,6 +31,9 @@
 #   ICEFEED_TEST_GCS_URL       set it to test against another GCS API server (skips fake-gcs.sh)
 #   ICEFEED_TEST_AZURE_URL     set it to test against another Azure Blob emulator's account
 #                              URL (skips azurite.sh)
+#   ICEFEED_TEST_CHROMIUM      the Chromium of the dashboard test (with
+#                              ICEFEED_TEST_NODE_MODULES, a node_modules holding
+#                              playwright-core; skips browser.sh)
 #   CARGO_TARGET_DIR           default $HOME/.cache/icefeed/target, shared by all clones
 #
 # Examples: scripts/test.sh
@@ -76,10 +79,15 @@ fi
 if [[ -z ${ICEFEED_TEST_AZURE_URL:-} ]]; then
     ICEFEED_TEST_AZURE_URL=$(scripts/azurite.sh)
 fi
+if [[ -z ${ICEFEED_TEST_CHROMIUM:-} ]]; then
+    BROWSER=$(scripts/browser.sh)
+    ICEFEED_TEST_CHROMIUM=$(sed -n 1p <<<"$BROWSER")
+    ICEFEED_TEST_NODE_MODULES=$(sed -n 2p <<<"$BROWSER")
+fi
 export ICEFEED_TEST_DATABASE_URL ICEFEED_TEST_PYTHON ICEFEED_TEST_REST_FIXTURE ICEFEED_TEST_OPENSEARCH_URL
 export ICEFEED_TEST_HIVE_METASTORE ICEFEED_TEST_ICEBERG_WRITER
 export ICEFEED_TEST_S3_URL ICEFEED_TEST_S3_REST_URL ICEFEED_TEST_WEED ICEFEED_TEST_GCS_URL
-export ICEFEED_TEST_AZURE_URL
+export ICEFEED_TEST_AZURE_URL ICEFEED_TEST_CHROMIUM ICEFEED_TEST_NODE_MODULES
 export ICEFEED_TEST_SPARK_JAR ICEFEED_TEST_SPARK_AWS_BUNDLE
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/icefeed/target}
 export RUST_BACKTRACE=${RUST_BACKTRACE:-1}
@@ -90,6 +98,7 @@ echo "test.sh: opensearch $ICEFEED_TEST_OPENSEARCH_URL" >&2
 echo "test.sh: s3       $ICEFEED_TEST_S3_URL (REST catalog $ICEFEED_TEST_S3_REST_URL)" >&2
 echo "test.sh: gcs      $ICEFEED_TEST_GCS_URL" >&2
 echo "test.sh: azure    $ICEFEED_TEST_AZURE_URL" >&2
+echo "test.sh: chromium $ICEFEED_TEST_CHROMIUM (playwright-core in $ICEFEED_TEST_NODE_MODULES)" >&2
 echo "test.sh: spark    $ICEFEED_TEST_SPARK_JAR" >&2
 echo "test.sh: spark s3 $ICEFEED_TEST_SPARK_AWS_BUNDLE" >&2
 echo "test.sh: target   $CARGO_TARGET_DIR" >&2

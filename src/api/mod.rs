@@ -12,6 +12,7 @@ mod strict;
 pub mod subscriptions;
 pub mod tables;
 pub mod tokens;
+mod ui;
 
 use std::sync::Arc;
 
@@ -325,6 +326,7 @@ pub fn router(state: AppState) -> Router {
                 }
             }),
         )
+        .merge(ui::routes())
         .fallback(|| async {
             ApiError::new(
                 StatusCode::NOT_FOUND,

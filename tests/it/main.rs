@@ -5,6 +5,7 @@ mod catalogs;
 mod change_stores;
 mod compression;
 mod cors;
+mod dashboard;
 mod diffing;
 mod equality_deletes;
 mod errors;
