@@ -129,6 +129,7 @@ fn need(method: &Method, route: &str) -> Need {
         | "/v1/tables/{id}/changes"
         | "/v1/tables/{id}/changes/stream"
         | "/v1/tables/{id}/schemas/{schema_id}"
+        | "/v1/tables/{id}/change-sets"
             if read =>
         {
             Need::Table

@@ -1,6 +1,7 @@
 //! The HTTP API: routes and the OpenAPI document come from the same handler list.
 
 pub mod auth;
+pub mod change_sets;
 pub mod changes;
 pub mod error;
 pub mod extract;
@@ -106,6 +107,7 @@ fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(changes::get_changes))
         .routes(routes!(stream::stream_changes))
         .routes(routes!(changes::get_schema))
+        .routes(routes!(change_sets::list_change_sets))
         .routes(routes!(
             subscriptions::create_subscription,
             subscriptions::list_subscriptions

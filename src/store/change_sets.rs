@@ -221,18 +221,22 @@ impl Store {
         .await?)
     }
 
-    /// Published change sets of a table, newest first.
+    /// At most `limit` published change sets of a table older than ordinal `before`,
+    /// newest first.
     pub async fn list_change_sets(
         &self,
         table: TableId,
+        before: i64,
         limit: i64,
     ) -> Result<Vec<ChangeSetRecord>, StoreError> {
         Ok(sqlx::query_as(
             "SELECT ordinal, snapshot_id, sequence_number, operation, kind, committed_at, \
                     schema_id, event_count \
-               FROM change_sets WHERE table_id = $1 ORDER BY ordinal DESC LIMIT $2",
+               FROM change_sets WHERE table_id = $1 AND ordinal < $2 \
+              ORDER BY ordinal DESC LIMIT $3",
         )
         .bind(table)
+        .bind(before)
         .bind(limit)
         .fetch_all(&self.pool)
         .await?)

@@ -102,7 +102,13 @@ async fn every_operation_needs_a_token_whose_scopes_allow_it() {
 
     // What each operation needs, written out here rather than derived from the server.
     let open = BTreeSet::from(["healthz", "readyz", "metrics"]);
-    let table_reads = BTreeSet::from(["getTable", "getChanges", "streamChanges", "getSchema"]);
+    let table_reads = BTreeSet::from([
+        "getTable",
+        "getChanges",
+        "streamChanges",
+        "getSchema",
+        "listChangeSets",
+    ]);
     let consumes = BTreeSet::from([
         "getSubscription",
         "getSubscriptionEvents",

@@ -365,3 +365,70 @@ async fn after_now_starts_a_page_or_a_stream_at_the_head() {
     assert_eq!(event["after"]["id"], 4, "{event}");
     node.shutdown().await;
 }
+
+#[tokio::test]
+async fn change_sets_are_listed_newest_first_with_the_cursor_that_reads_from_them() {
+    let wh = Warehouse::new().await;
+    let created = wh.create("shop.orders", orders_schema(), None).await;
+    let t1 = wh.append(&created, &[orders(1..=2)]).await;
+    let (node, _store) = Node::start_fresh().await;
+    let id = node
+        .register(&wh.registration("shop.orders", json!({})))
+        .await;
+    let t2 = wh.append(&t1, &[orders(3..=3)]).await;
+    let t3 = wh.append(&t2, &[orders(4..=6)]).await;
+    node.wait_for_checkpoint(&id, head(&t3)).await;
+
+    let (status, page) = node.get(&format!("/v1/tables/{id}/change-sets")).await;
+    assert_eq!(status, 200, "{page}");
+    let sets = page["change_sets"].as_array().unwrap();
+    let summary: Vec<(Value, Value, &str, i64)> = sets
+        .iter()
+        .map(|c| {
+            (
+                c["ordinal"].clone(),
+                c["snapshot_id"].clone(),
+                c["kind"].as_str().unwrap(),
+                c["event_count"].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (json!("3"), id_json(head(&t3)), "snapshot", 3),
+            (json!("2"), id_json(head(&t2)), "snapshot", 1),
+            (json!("1"), id_json(head(&t1)), "export", 2),
+        ]
+    );
+    assert_eq!(page["next"], Value::Null, "one page holds them all");
+
+    // A change set's position reads from its first event on.
+    let position = sets[1]["position"].as_str().unwrap();
+    let (_, from) = node
+        .get(&format!("/v1/tables/{id}/changes?after={position}"))
+        .await;
+    assert_eq!(ids(from["events"].as_array().unwrap()), vec![3, 4, 5, 6]);
+
+    // Pages of one, older ones after `next`.
+    let (_, first) = node
+        .get(&format!("/v1/tables/{id}/change-sets?limit=1"))
+        .await;
+    assert_eq!(first["change_sets"][0]["ordinal"], "3");
+    let (_, second) = node
+        .get(&format!(
+            "/v1/tables/{id}/change-sets?limit=1&before={}",
+            first["next"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(second["change_sets"][0]["ordinal"], "2");
+
+    let (status, problem) = node
+        .get(&format!("/v1/tables/{id}/change-sets?limit=0"))
+        .await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (400, Some("limit_out_of_range"))
+    );
+    node.shutdown().await;
+}

@@ -5,7 +5,8 @@
 //
 // The node has auth on, a followed table `shop.orders` and a table in error
 // `shop.returns`. The script checks the page asks for a token, lists both tables with
-// their states and the error message, opens a live tail of `shop.orders`, prints
+// their states and the error message, shows the change sets of `shop.orders` and opens a
+// live tail of it, prints
 // `TAILING` and waits for a line on stdin (the test appends rows meanwhile), then
 // expects the new rows as insert events and an update shown before/after. It prints
 // `OK` at the end; any failure exits with status 1 and says why.
@@ -59,6 +60,8 @@ try {
   // The table's page, and a live tail of new events.
   await page.click(`${orders} a`);
   await page.waitForSelector("#tail-start");
+  const exported = await page.textContent('#change-sets tr[data-ordinal="1"]');
+  check(exported.includes("export"), `the first change set is the export: ${exported}`);
   await page.click("#tail-start");
   await page.waitForFunction(() => document.querySelector("#tail-status")?.textContent === "live");
   console.log("TAILING");

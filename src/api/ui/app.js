@@ -147,7 +147,25 @@ async function tableView(id) {
         t.last_error && h("dt", {}, "Last error"),
         t.last_error && h("dd", { class: "error-text", id: "last-error" }, t.last_error)),
       h("div", { class: "actions spaced" }, tableActions(t))),
-    tail(`/v1/tables/${t.id}/changes/stream`));
+    tail(`/v1/tables/${t.id}/changes/stream`),
+    await changeSets(t));
+}
+
+/** The newest change sets of a table, each with the cursor that reads from it. */
+async function changeSets(t) {
+  const { change_sets } = await api("GET", `/v1/tables/${t.id}/change-sets?limit=20`);
+  return h("section", {},
+    h("h2", {}, "Change sets"),
+    change_sets.length === 0 ? h("p", { class: "muted" }, "None published yet.") :
+      h("table", { id: "change-sets" },
+        h("thead", {}, h("tr", {}, ["#", "Snapshot", "Operation", "Committed", "Events", "Read from here"].map((c) => h("th", {}, c)))),
+        h("tbody", {}, change_sets.map((c) => h("tr", { "data-ordinal": c.ordinal },
+          h("td", { class: "num" }, c.ordinal),
+          h("td", { class: "num" }, c.snapshot_id, h("div", { class: "muted" }, `sequence ${c.sequence_number}`)),
+          h("td", {}, c.kind === "export" ? "export (state at registration)" : c.operation),
+          h("td", {}, when(c.committed_at)),
+          h("td", { class: "num" }, c.event_count),
+          h("td", {}, h("code", {}, `?after=${c.position}`)))))));
 }
 
 // ---- Live tail ---------------------------------------------------------------------
