@@ -5,6 +5,7 @@ pub mod app;
 pub mod catalog;
 pub mod changelog;
 pub mod changes;
+pub mod cli;
 pub mod config;
 pub mod delivery;
 pub mod demo;

@@ -6,6 +6,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
+use icefeed::cli;
 use icefeed::config::Settings;
 
 #[derive(Parser)]
@@ -36,6 +37,34 @@ enum Command {
     /// A local demo table written with the iceberg crate.
     #[command(subcommand)]
     Demo(DemoCommand),
+    /// Registered tables of a running node (over HTTP: --url, --token).
+    Tables {
+        #[command(flatten)]
+        remote: cli::Remote,
+        #[command(subcommand)]
+        command: cli::TablesCommand,
+    },
+    /// Subscriptions of a running node.
+    Subscriptions {
+        #[command(flatten)]
+        remote: cli::Remote,
+        #[command(subcommand)]
+        command: cli::SubscriptionsCommand,
+    },
+    /// API tokens of a running node (with auth on).
+    Tokens {
+        #[command(flatten)]
+        remote: cli::Remote,
+        #[command(subcommand)]
+        command: cli::TokensCommand,
+    },
+    /// Follow a table's or a subscription's events as they are published.
+    Tail {
+        #[command(flatten)]
+        remote: cli::Remote,
+        #[command(flatten)]
+        args: cli::TailArgs,
+    },
 }
 
 #[derive(Subcommand)]
@@ -99,6 +128,26 @@ async fn main() -> anyhow::Result<()> {
             let snapshot = icefeed::demo::append(&dir, rows).await?;
             println!("{snapshot}");
         }
+        Command::Tables { remote, command } => exit_on_error(cli::tables(&remote, command).await),
+        Command::Subscriptions { remote, command } => {
+            exit_on_error(cli::subscriptions(&remote, command).await)
+        }
+        Command::Tokens { remote, command } => exit_on_error(cli::tokens(&remote, command).await),
+        Command::Tail { remote, args } => exit_on_error(cli::tail(&remote, args).await),
     }
     Ok(())
+}
+
+/// Ends a command against a running node: its error on stderr and exit status 1 (2 for
+/// a wrong command line), without a backtrace.
+fn exit_on_error(result: Result<(), cli::CliError>) {
+    if let Err(e) = result {
+        eprintln!("error: {e}");
+        let status = if matches!(e, cli::CliError::Usage(_)) {
+            2
+        } else {
+            1
+        };
+        std::process::exit(status);
+    }
 }

@@ -3,6 +3,7 @@
 mod auth;
 mod catalogs;
 mod change_stores;
+mod cli;
 mod compression;
 mod cors;
 mod dashboard;
