@@ -318,7 +318,7 @@ impl Store {
     pub async fn due_tables(&self, limit: i64) -> Result<Vec<SourceTable>, StoreError> {
         let sql = format!(
             "SELECT {COLUMNS} FROM source_tables \
-             WHERE state = 'active' AND next_poll_at <= now() \
+             WHERE state IN ('active', 'paused') AND next_poll_at <= now() \
              ORDER BY next_poll_at LIMIT $1"
         );
         Ok(sqlx::query_as(&sql)

@@ -91,7 +91,7 @@ impl Scheduler {
             };
             // The table may have been published by the previous holder since we listed it.
             let table = match self.store.get_table(table.id).await {
-                Ok(t) if t.state == crate::store::TableState::Active => t,
+                Ok(t) if t.state != crate::store::TableState::Error => t,
                 _ => {
                     let _ = self.store.release_lease(&lease).await;
                     continue;
@@ -123,11 +123,21 @@ impl Scheduler {
             catalogs: &self.catalogs,
         };
         let span = tracing::info_span!("sync", table = %table.table_name, id = %table.id);
-        let result = sync
-            .run(&table)
-            .instrument(span)
-            .await
-            .map_err(|e| e.after(table.last_error.as_deref()));
+        let result = if table.state == crate::store::TableState::Paused {
+            // Only looked at, for its lag; what it cannot read now waits for the resume.
+            sync.observe(&table)
+                .instrument(span)
+                .await
+                .map_err(|e| match e {
+                    SyncError::Table { message, .. } => SyncError::Transient(message),
+                    other => other,
+                })
+        } else {
+            sync.run(&table)
+                .instrument(span)
+                .await
+                .map_err(|e| e.after(table.last_error.as_deref()))
+        };
         let name = table.table_name.clone();
         // By id, which no other registration shares; the name for people.
         let labels = [("table_id", table.id.to_string()), ("table", name.clone())];

@@ -161,9 +161,7 @@ pub struct TableSync<'a> {
 impl TableSync<'_> {
     /// Publishes what is pending for `table` and returns what the poll saw.
     pub async fn run(&self, table: &SourceTable) -> Result<PollOutcome, SyncError> {
-        let catalog = CatalogConfig::from_json(&table.catalog)?;
-        let ident = parse_ident(&table.table_name)?;
-        let iceberg = self.catalogs.load_table(&catalog, &ident).await?;
+        let iceberg = self.load(table).await?;
         let metadata = iceberg.metadata_ref();
 
         let mut checkpoint = table.checkpoint_snapshot_id;
@@ -208,6 +206,28 @@ impl TableSync<'_> {
             }
         }
         Ok(outcome(&pending.head, &[]))
+    }
+
+    /// What a poll of a paused table sees, publishing nothing: how far the feed is
+    /// behind the table, so that lag keeps growing while the table is paused.
+    pub async fn observe(&self, table: &SourceTable) -> Result<PollOutcome, SyncError> {
+        let iceberg = self.load(table).await?;
+        let metadata = iceberg.metadata_ref();
+        if table.export_pending() {
+            let head = metadata.snapshot_for_ref(&table.branch).cloned();
+            let export: Vec<_> = head.iter().cloned().collect();
+            return Ok(outcome(&head, &export));
+        }
+        let checkpoint = table.checkpoint_snapshot_id;
+        let pending = changelog::pending_snapshots(&metadata, &table.branch, checkpoint)
+            .map_err(|e| lineage_error(e, checkpoint))?;
+        Ok(outcome(&pending.head, &pending.snapshots))
+    }
+
+    async fn load(&self, table: &SourceTable) -> Result<Table, SyncError> {
+        let catalog = CatalogConfig::from_json(&table.catalog)?;
+        let ident = parse_ident(&table.table_name)?;
+        Ok(self.catalogs.load_table(&catalog, &ident).await?)
     }
 
     /// Copies added data files as `inserts` segments, concurrently but in order. A file

@@ -74,7 +74,9 @@ pub struct RegisterTable {
 #[derive(Clone, Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateTable {
-    /// `true` pauses polling; `false` resumes it (and retries a table in the error state).
+    /// `true` pauses publishing (the node still reads the table's metadata at the poll
+    /// interval, so that its lag stays true); `false` resumes it (and retries a table in
+    /// the error state).
     #[serde(default)]
     pub paused: Option<bool>,
     /// A new poll interval in milliseconds (100 ms to 1 day).
