@@ -38,7 +38,7 @@ pub fn metrics() -> PrometheusHandle {
 }
 
 fn describe() {
-    use metrics::{describe_counter, describe_gauge};
+    use metrics::{describe_counter, describe_gauge, describe_histogram};
     describe_counter!(
         "icefeed_scheduler_rows_published_total",
         "Change events published"
@@ -64,6 +64,15 @@ fn describe() {
         metrics::Unit::Bytes,
         "Bytes of data files copied into insert segments, by who moved them: the S3 server \
          (the change store is the table's bucket) or the node"
+    );
+    describe_counter!(
+        crate::api::request_metrics::REQUESTS,
+        "HTTP requests answered, by method, route template and status"
+    );
+    describe_histogram!(
+        crate::api::request_metrics::DURATION,
+        metrics::Unit::Seconds,
+        "Time from a request to the head of its answer, by method, route template and status"
     );
     describe_gauge!(
         "icefeed_table_snapshots_behind",

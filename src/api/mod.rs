@@ -8,6 +8,7 @@ pub mod extract;
 pub mod health;
 pub mod limits;
 pub mod pages;
+pub mod request_metrics;
 pub mod stream;
 mod strict;
 pub mod subscriptions;
@@ -351,6 +352,7 @@ pub fn router(state: AppState) -> Router {
         // Pages and documents are compressed when the client asks (gzip or zstd); event
         // streams never are, so that each event leaves when it is written.
         .layer(CompressionLayer::new())
+        .layer(axum::middleware::from_fn(request_metrics::track))
         .layer(access_log())
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid));

@@ -232,6 +232,16 @@ async fn pause_resume_delete_and_operations_endpoints() {
         metrics.contains("icefeed_scheduler_rows_published_total"),
         "{metrics}"
     );
+    // Requests by route template, never by concrete path.
+    let table_reads = metrics.lines().find(|l| {
+        l.starts_with("icefeed_http_requests_total{")
+            && l.contains(r#"method="GET""#)
+            && l.contains(r#"route="/v1/tables/{id}""#)
+            && l.contains(r#"status="200""#)
+    });
+    assert!(table_reads.is_some(), "{metrics}");
+    assert!(!metrics.contains(&format!("route=\"/v1/tables/{id}\"")));
+    assert!(metrics.contains("# HELP icefeed_http_request_duration_seconds"));
 
     let (_, list) = node.get("/v1/tables").await;
     assert_eq!(list["tables"].as_array().unwrap().len(), 1);
