@@ -84,6 +84,13 @@ impl AppState {
                        subscriptions that remember what was acknowledged.",
         license(name = "Apache-2.0", identifier = "Apache-2.0")
     ),
+    servers(
+        (url = "{scheme}://{host}:{port}", description = "An icefeed node", variables(
+            ("scheme" = (default = "http", enum_values("http", "https"), description = "`https` behind a TLS proxy")),
+            ("host" = (default = "127.0.0.1", description = "Where the node listens (`listen`)")),
+            ("port" = (default = "8080", description = "Its port")),
+        )),
+    ),
     tags(
         (name = "tables", description = "Registering and managing source tables"),
         (name = "changes", description = "Reading change events"),

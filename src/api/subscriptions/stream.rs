@@ -48,7 +48,7 @@ pub struct SubscriptionStreamQuery {
         SubscriptionStreamQuery,
     ),
     responses(
-        (status = 200, description = "An endless stream of `change` events", content_type = "text/event-stream", body = String),
+        (status = 200, description = "An endless stream of server-sent events: `event: change` whose `data:` line is one `ChangeEvent` (schema `#/components/schemas/ChangeEvent`) and whose `id` is its position; `event: error` whose `data:` is a `Problem` and ends the stream", content_type = "text/event-stream", body = String),
         (status = 400, description = "Malformed or foreign cursor, or one beyond a table's feed (`cursor_ahead`); limit out of range", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The subscription is paused, or pushes into OpenSearch", body = Problem, content_type = "application/problem+json"),
