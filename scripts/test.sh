@@ -6,7 +6,7 @@
 # Iceberg REST fixture server via scripts/rest-fixture.sh, an OpenSearch node via
 # scripts/opensearch.sh, a SeaweedFS S3 server and REST catalog via scripts/seaweedfs.sh,
 # a GCS API server via scripts/fake-gcs.sh, an Azure Blob emulator via scripts/azurite.sh,
-# Chromium and playwright-core via scripts/browser.sh, pyspark, the Iceberg Spark runtime jar and iceberg-aws-bundle via scripts/spark.sh), then
+# Chromium and the npm packages of tests/node via scripts/node-tools.sh, pyspark, the Iceberg Spark runtime jar and iceberg-aws-bundle via scripts/spark.sh), then
 # runs `cargo test --locked "$@"`.
 #
 # Environment:
@@ -32,8 +32,8 @@
 #   ICEFEED_TEST_AZURE_URL     set it to test against another Azure Blob emulator's account
 #                              URL (skips azurite.sh)
 #   ICEFEED_TEST_CHROMIUM      the Chromium of the dashboard test (with
-#                              ICEFEED_TEST_NODE_MODULES, a node_modules holding
-#                              playwright-core; skips browser.sh)
+#                              ICEFEED_TEST_NODE_MODULES, a node_modules holding the
+#                              packages of tests/node; skips node-tools.sh)
 #   CARGO_TARGET_DIR           default $HOME/.cache/icefeed/target, shared by all clones
 #
 # Examples: scripts/test.sh
@@ -80,9 +80,9 @@ if [[ -z ${ICEFEED_TEST_AZURE_URL:-} ]]; then
     ICEFEED_TEST_AZURE_URL=$(scripts/azurite.sh)
 fi
 if [[ -z ${ICEFEED_TEST_CHROMIUM:-} ]]; then
-    BROWSER=$(scripts/browser.sh)
-    ICEFEED_TEST_CHROMIUM=$(sed -n 1p <<<"$BROWSER")
-    ICEFEED_TEST_NODE_MODULES=$(sed -n 2p <<<"$BROWSER")
+    NODE_TOOLS=$(scripts/node-tools.sh)
+    ICEFEED_TEST_CHROMIUM=$(sed -n 1p <<<"$NODE_TOOLS")
+    ICEFEED_TEST_NODE_MODULES=$(sed -n 2p <<<"$NODE_TOOLS")
 fi
 export ICEFEED_TEST_DATABASE_URL ICEFEED_TEST_PYTHON ICEFEED_TEST_REST_FIXTURE ICEFEED_TEST_OPENSEARCH_URL
 export ICEFEED_TEST_HIVE_METASTORE ICEFEED_TEST_ICEBERG_WRITER

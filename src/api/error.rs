@@ -32,7 +32,7 @@ pub struct Problem {
     pub code: String,
     /// Further members specific to the code.
     #[serde(flatten)]
-    #[schema(value_type = Object)]
+    #[schema(value_type = std::collections::HashMap<String, serde_json::Value>)]
     pub extensions: Map<String, Value>,
 }
 

@@ -1,5 +1,5 @@
 //! The dashboard in a real headless Chromium (Debian's, driven by playwright-core from
-//! tests/ui/dashboard.mjs), against a node with auth on: it asks for a token, lists the
+//! tests/node/dashboard.mjs), against a node with auth on: it asks for a token, lists the
 //! tables with their states and errors, and tails a table's events as they are
 //! published. Screenshots land in `$CARGO_TARGET_TMPDIR/dashboard`.
 
@@ -66,7 +66,7 @@ async fn the_dashboard_lists_tables_with_their_errors_and_tails_new_events() {
     let mut browser = tokio::process::Command::new("node")
         .arg(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/tests/ui/dashboard.mjs"
+            "/tests/node/dashboard.mjs"
         ))
         .arg(&node.base)
         .arg(ADMIN_TOKEN)

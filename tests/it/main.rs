@@ -34,4 +34,5 @@ mod spark;
 mod stream;
 mod subscriptions;
 mod support;
+mod typescript;
 mod vending;
