@@ -112,7 +112,7 @@ pub enum TokensCommand {
         /// A name saying who uses it.
         #[arg(long)]
         name: String,
-        /// Scopes, comma-separated: `admin`, `read`, `table:<id>`, `subscription:<name>`.
+        /// Scopes, comma-separated: `admin`, `read`, `table:<id>`, `subscription:<id or name>`.
         #[arg(long, value_delimiter = ',', required = true)]
         scopes: Vec<String>,
         /// When it stops working (RFC 3339).
