@@ -6,7 +6,8 @@
 # Iceberg REST fixture server via scripts/rest-fixture.sh, an OpenSearch node via
 # scripts/opensearch.sh, a SeaweedFS S3 server and REST catalog via scripts/seaweedfs.sh,
 # a GCS API server via scripts/fake-gcs.sh, an Azure Blob emulator via scripts/azurite.sh,
-# Chromium and the npm packages of tests/node via scripts/node-tools.sh, pyspark, the Iceberg Spark runtime jar and iceberg-aws-bundle via scripts/spark.sh), then
+# schemathesis via scripts/schemathesis.sh, Chromium and the npm packages of tests/node
+# via scripts/node-tools.sh, pyspark, the Iceberg Spark runtime jar and iceberg-aws-bundle via scripts/spark.sh), then
 # runs `cargo test --locked "$@"`.
 #
 # Environment:
@@ -31,6 +32,8 @@
 #   ICEFEED_TEST_GCS_URL       set it to test against another GCS API server (skips fake-gcs.sh)
 #   ICEFEED_TEST_AZURE_URL     set it to test against another Azure Blob emulator's account
 #                              URL (skips azurite.sh)
+#   ICEFEED_TEST_SCHEMATHESIS  the schemathesis command of the API fuzz test (skips
+#                              schemathesis.sh)
 #   ICEFEED_TEST_CHROMIUM      the Chromium of the dashboard test (with
 #                              ICEFEED_TEST_NODE_MODULES, a node_modules holding the
 #                              packages of tests/node; skips node-tools.sh)
@@ -79,6 +82,9 @@ fi
 if [[ -z ${ICEFEED_TEST_AZURE_URL:-} ]]; then
     ICEFEED_TEST_AZURE_URL=$(scripts/azurite.sh)
 fi
+if [[ -z ${ICEFEED_TEST_SCHEMATHESIS:-} ]]; then
+    ICEFEED_TEST_SCHEMATHESIS=$(scripts/schemathesis.sh)
+fi
 if [[ -z ${ICEFEED_TEST_CHROMIUM:-} ]]; then
     NODE_TOOLS=$(scripts/node-tools.sh)
     ICEFEED_TEST_CHROMIUM=$(sed -n 1p <<<"$NODE_TOOLS")
@@ -87,7 +93,7 @@ fi
 export ICEFEED_TEST_DATABASE_URL ICEFEED_TEST_PYTHON ICEFEED_TEST_REST_FIXTURE ICEFEED_TEST_OPENSEARCH_URL
 export ICEFEED_TEST_HIVE_METASTORE ICEFEED_TEST_ICEBERG_WRITER
 export ICEFEED_TEST_S3_URL ICEFEED_TEST_S3_REST_URL ICEFEED_TEST_WEED ICEFEED_TEST_GCS_URL
-export ICEFEED_TEST_AZURE_URL ICEFEED_TEST_CHROMIUM ICEFEED_TEST_NODE_MODULES
+export ICEFEED_TEST_AZURE_URL ICEFEED_TEST_CHROMIUM ICEFEED_TEST_NODE_MODULES ICEFEED_TEST_SCHEMATHESIS
 export ICEFEED_TEST_SPARK_JAR ICEFEED_TEST_SPARK_AWS_BUNDLE
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/icefeed/target}
 export RUST_BACKTRACE=${RUST_BACKTRACE:-1}

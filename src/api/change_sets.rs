@@ -69,7 +69,7 @@ pub struct ChangeSetList {
 /// Change sets that retention removed are not listed.
 #[utoipa::path(
     get, path = "/v1/tables/{id}/change-sets", tag = TAG, operation_id = "listChangeSets",
-    params(("id" = String, Path, description = "Table id"), ChangeSetQuery),
+    params(("id" = uuid::Uuid, Path, description = "Table id"), ChangeSetQuery),
     responses(
         (status = 200, description = "A page of change sets", body = ChangeSetList),
         (status = 400, description = "Not a table id, or `limit` out of range (`limit_out_of_range`)", body = Problem, content_type = "application/problem+json"),

@@ -40,9 +40,11 @@ pub struct PageQuery {
     pub longs: Option<Longs>,
     /// Only these operations, comma-separated (`insert`, `update`, `delete`); events of
     /// other operations are skipped. Default: all.
+    #[param(pattern = r"^(insert|update|delete)(,(insert|update|delete))*$")]
     pub ops: Option<String>,
     /// Only these top-level columns in `before`/`after` (and Arrow rows),
     /// comma-separated; `key` always carries the identifier columns. Default: all.
+    #[param(min_length = 1)]
     pub columns: Option<String>,
     /// `json`, `ndjson` or `arrow`; overrides the `Accept` header.
     pub format: Option<Format>,
@@ -105,7 +107,7 @@ pub struct ChangePage {
 /// schema; a schema change ends the page early.
 #[utoipa::path(
     get, path = "/v1/tables/{id}/changes", tag = TAG, operation_id = "getChanges",
-    params(("id" = String, Path, description = "Table id"), PageQuery),
+    params(("id" = uuid::Uuid, Path, description = "Table id"), PageQuery),
     responses(
         (status = 200, description = "A page of events", content(
             (ChangePage = "application/json"),
@@ -232,7 +234,7 @@ pub(crate) async fn ensure_retained(
 /// Get an Iceberg schema that change events were read with.
 #[utoipa::path(
     get, path = "/v1/tables/{id}/schemas/{schema_id}", tag = TAG, operation_id = "getSchema",
-    params(("id" = String, Path, description = "Table id"), ("schema_id" = i32, Path, description = "Schema id of an event")),
+    params(("id" = uuid::Uuid, Path, description = "Table id"), ("schema_id" = i32, Path, description = "Schema id of an event")),
     responses(
         (status = 200, description = "The Iceberg schema as JSON (Iceberg table-metadata form)", body = Object),
         (status = 400, description = "Not a table id or schema id", body = Problem, content_type = "application/problem+json"),

@@ -44,8 +44,10 @@ pub struct StreamQuery {
     /// How longs beyond ±2^53 are written: `auto` (default) or `number`.
     pub longs: Option<Longs>,
     /// Only these operations, comma-separated (`insert`, `update`, `delete`).
+    #[param(pattern = r"^(insert|update|delete)(,(insert|update|delete))*$")]
     pub ops: Option<String>,
     /// Only these top-level columns in `before`/`after`, comma-separated.
+    #[param(min_length = 1)]
     pub columns: Option<String>,
 }
 
@@ -60,7 +62,7 @@ pub struct StreamQuery {
 #[utoipa::path(
     get, path = "/v1/tables/{id}/changes/stream", tag = "changes", operation_id = "streamChanges",
     params(
-        ("id" = String, Path, description = "Table id"),
+        ("id" = uuid::Uuid, Path, description = "Table id"),
         ("Last-Event-ID" = Option<String>, Header, description = "The `id` of the last event received; the stream resumes right after it (wins over `after`)"),
         StreamQuery,
     ),

@@ -34,9 +34,18 @@ pub(super) async fn load(
             let (ident, warehouse, local) = (ident.clone(), warehouse.to_string(), local.clone());
             tokio::task::spawn_blocking(move || {
                 let dir = local_dir(&warehouse)?;
+                // Allowed first: outside the allowed directories, a missing directory
+                // answers like an existing one.
                 local
                     .check(&dir)
                     .map_err(|e| CatalogError::reading(&warehouse, e))?;
+                if !dir.is_dir() {
+                    return Err(CatalogError::Storage {
+                        fault: StorageFault::NotFound,
+                        location: warehouse,
+                        cause: "no such directory".into(),
+                    });
+                }
                 current_metadata(&ident, &dir)
             })
             .await
@@ -133,14 +142,7 @@ fn local_dir(warehouse: &str) -> Result<PathBuf, CatalogError> {
             "filesystem warehouses must be local directories for now; got {warehouse:?}"
         )));
     }
-    let path = PathBuf::from(path);
-    if !path.is_dir() {
-        return Err(CatalogError::Unreachable(format!(
-            "warehouse directory {} does not exist",
-            path.display()
-        )));
-    }
-    Ok(path)
+    Ok(PathBuf::from(path))
 }
 
 /// The current metadata file of `ident` below `warehouse` (blocking: file system calls).

@@ -27,6 +27,9 @@ pub use storage::{LocalPaths, StorageFault, TableStorageFactory, describe as sto
 /// The catalog types icefeed can read from.
 pub const CATALOG_TYPES: &[&str] = &["sql", "rest", "filesystem", "glue", "hive"];
 
+/// The databases a SQL catalog may be on, by the start of its URL.
+const SQL_URI_PREFIXES: [&str; 3] = ["sqlite:", "postgres://", "postgresql://"];
+
 /// The problem code of settings whose type `catalog.allowed_types` does not list.
 pub const CATALOG_TYPE_NOT_ALLOWED: &str = "catalog_type_not_allowed";
 
@@ -39,6 +42,7 @@ pub enum CatalogConfig {
     #[schema(title = "SqlCatalog")]
     Sql {
         /// Database URL, e.g. `sqlite:/data/catalog.db` or `postgres://user:pw@host/db`.
+        #[schema(min_length = 1, pattern = "^(sqlite:|postgres://|postgresql://)")]
         uri: String,
         /// Warehouse location.
         warehouse: String,
@@ -54,6 +58,7 @@ pub enum CatalogConfig {
     #[schema(title = "RestCatalog")]
     Rest {
         /// Base URL of the catalog, e.g. `http://localhost:8181`.
+        #[schema(min_length = 1, pattern = "^https?://")]
         uri: String,
         /// Warehouse to ask the catalog for.
         #[serde(default)]
@@ -69,9 +74,11 @@ pub enum CatalogConfig {
     Filesystem {
         /// Warehouse directory; the table is found below it by its identifier.
         #[serde(default)]
+        #[schema(min_length = 1)]
         warehouse: Option<String>,
         /// A fixed metadata file to read instead (the table never advances).
         #[serde(default)]
+        #[schema(min_length = 1)]
         metadata_location: Option<String>,
         /// Extra file IO properties.
         #[serde(default)]
@@ -100,6 +107,7 @@ pub enum CatalogConfig {
     #[schema(title = "HiveCatalog")]
     Hive {
         /// Metastore address, `host:port` (e.g. `metastore.internal:9083`).
+        #[schema(min_length = 1)]
         uri: String,
         /// Warehouse location.
         warehouse: String,
@@ -213,6 +221,49 @@ impl CatalogConfig {
                 "a filesystem catalog needs exactly one of `warehouse` and `metadata_location`"
                     .into(),
             ));
+        }
+        if let CatalogConfig::Filesystem {
+            warehouse,
+            metadata_location,
+            ..
+        } = &config
+            && [warehouse, metadata_location]
+                .into_iter()
+                .flatten()
+                .any(|location| location.trim().is_empty())
+        {
+            return Err(CatalogError::Invalid(
+                "a filesystem catalog's `warehouse` or `metadata_location` must not be empty"
+                    .into(),
+            ));
+        }
+        let uri = match &config {
+            CatalogConfig::Sql { uri, .. }
+            | CatalogConfig::Rest { uri, .. }
+            | CatalogConfig::Hive { uri, .. } => Some(uri),
+            _ => None,
+        };
+        if uri.is_some_and(|uri| uri.trim().is_empty()) {
+            return Err(CatalogError::Invalid(format!(
+                "a {kind} catalog needs a `uri`, the address of its service"
+            )));
+        }
+        if let CatalogConfig::Sql { uri, .. } = &config
+            && !SQL_URI_PREFIXES
+                .iter()
+                .any(|prefix| uri.starts_with(prefix))
+        {
+            return Err(CatalogError::Invalid(format!(
+                "a SQL catalog's `uri` is a SQLite (`sqlite:/path/catalog.db`) or PostgreSQL \
+                 (`postgres://user@host/db`) URL; got {uri:?}"
+            )));
+        }
+        if let CatalogConfig::Rest { uri, .. } = &config
+            && !url::Url::parse(uri).is_ok_and(|u| matches!(u.scheme(), "http" | "https"))
+        {
+            return Err(CatalogError::Invalid(format!(
+                "a REST catalog's `uri` must be an http(s) URL, e.g. `https://catalog.example/api/catalog`; got {uri:?}"
+            )));
         }
         Ok(config)
     }
@@ -683,8 +734,14 @@ fn is_connection_error(e: &iceberg::Error) -> bool {
     .any(|w| text.contains(w))
 }
 
+/// A catalog client that could not be built: settings it refuses (a missing warehouse
+/// or address) are the caller's to fix; anything else is the service not answering.
 fn unreachable(e: iceberg::Error) -> CatalogError {
-    CatalogError::Unreachable(redact::redact_text(&e.to_string()))
+    let text = redact::redact_text(&e.to_string());
+    match e.kind() {
+        ErrorKind::DataInvalid => CatalogError::Invalid(text),
+        _ => CatalogError::Unreachable(text),
+    }
 }
 
 /// Parses `a.b.table` into a table identifier (the last part is the table name).

@@ -267,12 +267,13 @@ async fn filesystem_catalog_settings_are_checked() {
         "iceberg_table_not_found",
     )
     .await;
+    // A warehouse directory that is not there is the caller's mistake, not an outage.
     let no_warehouse = json!({"type": "filesystem", "warehouse": format!("{warehouse}/nowhere")});
     expect_problem(
         &node,
         body(no_warehouse, "shop.orders"),
-        502,
-        "catalog_unreachable",
+        422,
+        "storage_not_found",
     )
     .await;
 

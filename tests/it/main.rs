@@ -29,6 +29,7 @@ mod pyiceberg;
 mod retention;
 mod s3;
 mod schema_evolution;
+mod schemathesis;
 mod sdk;
 mod spark;
 mod stream;

@@ -85,6 +85,7 @@ pub struct CreateSubscription {
     #[schema(example = "orders-to-warehouse")]
     pub name: String,
     /// Ids of the tables to read (at least one, each once).
+    #[schema(min_items = 1, max_items = 64)]
     pub tables: Vec<Uuid>,
     /// Where reading starts; default `earliest`.
     #[serde(default)]

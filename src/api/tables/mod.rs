@@ -120,7 +120,7 @@ pub async fn list_tables(
 /// Get a table: state, checkpoint, lag and last error.
 #[utoipa::path(
     get, path = "/v1/tables/{id}", tag = TAG, operation_id = "getTable",
-    params(("id" = String, Path, description = "Table id")),
+    params(("id" = uuid::Uuid, Path, description = "Table id")),
     responses(
         (status = 200, description = "The table", body = TableView),
         (status = 400, description = "Not a table id", body = Problem, content_type = "application/problem+json"),
@@ -138,7 +138,7 @@ pub async fn get_table(
 /// Pause or resume a table (resuming retries a table in the error state), change its poll interval or retention, or replace its catalog settings.
 #[utoipa::path(
     patch, path = "/v1/tables/{id}", tag = TAG, operation_id = "updateTable",
-    params(("id" = String, Path, description = "Table id")),
+    params(("id" = uuid::Uuid, Path, description = "Table id")),
     request_body = UpdateTable,
     responses(
         (status = 200, description = "The updated table", body = TableView),
@@ -202,7 +202,7 @@ pub async fn update_table(
 /// Unregister a table and delete its change sets.
 #[utoipa::path(
     delete, path = "/v1/tables/{id}", tag = TAG, operation_id = "deleteTable",
-    params(("id" = String, Path, description = "Table id")),
+    params(("id" = uuid::Uuid, Path, description = "Table id")),
     responses(
         (status = 204, description = "Deleted"),
         (status = 409, description = "Subscriptions read the table", body = Problem, content_type = "application/problem+json"),
@@ -242,7 +242,7 @@ pub async fn delete_table(
 /// Retry a table in the error state: the scheduler polls it again at once.
 #[utoipa::path(
     post, path = "/v1/tables/{id}/retry", tag = TAG, operation_id = "retryTable",
-    params(("id" = String, Path, description = "Table id")),
+    params(("id" = uuid::Uuid, Path, description = "Table id")),
     responses(
         (status = 200, description = "The table, active again", body = TableView),
         (status = 400, description = "Not a table id", body = Problem, content_type = "application/problem+json"),
