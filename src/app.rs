@@ -66,6 +66,7 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
         scheduler_wake: wake.clone(),
         auth: crate::api::auth::Authenticator::new(store.clone(), &settings.auth),
         reach: reach.clone(),
+        services: crate::workers::supervisor::Services::default(),
     };
     let listener = TcpListener::bind(settings.listen)
         .await
@@ -86,16 +87,29 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
         node: node.clone(),
     };
     let mut background = tokio::task::JoinSet::new();
-    background.spawn(notifier.run(store.pool().clone()));
-    for _ in 0..settings.scheduler.task_workers {
-        background.spawn(runner.clone().run(stop.clone()));
+    let services = &state.services;
+    let pool = store.pool().clone();
+    services.spawn(&mut background, "notifier", stop.clone(), move || {
+        notifier.clone().run(pool.clone())
+    });
+    for n in 0..settings.scheduler.task_workers {
+        let (runner, stop) = (runner.clone(), stop.clone());
+        services.spawn(
+            &mut background,
+            &format!("task-worker-{n}"),
+            stop.clone(),
+            move || runner.clone().run(stop.clone()),
+        );
     }
     let janitor = Janitor {
         store: store.clone(),
         changes: changes.clone(),
         settings: settings.retention.clone(),
     };
-    background.spawn(janitor.run(stop.clone()));
+    let janitor_stop = stop.clone();
+    services.spawn(&mut background, "janitor", stop.clone(), move || {
+        janitor.clone().run(janitor_stop.clone())
+    });
     let pusher = PushWorker {
         feed: state.feed.clone(),
         notifier: state.notifier.clone(),
@@ -104,9 +118,15 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
         node: node.clone(),
         hosts: state.reach.hosts.clone(),
     };
-    background.spawn(pusher.run(stop.clone()));
+    let pusher_stop = stop.clone();
+    services.spawn(&mut background, "pusher", stop.clone(), move || {
+        pusher.clone().run(pusher_stop.clone())
+    });
     let scheduler = Scheduler::new(store, changes, settings.scheduler.clone(), node, catalogs);
-    background.spawn(scheduler.run(stop.clone(), wake));
+    let scheduler_stop = stop.clone();
+    services.spawn(&mut background, "scheduler", stop.clone(), move || {
+        scheduler.clone().run(scheduler_stop.clone(), wake.clone())
+    });
     let app = api::router(state);
     let grace = settings.api.shutdown_grace;
     let task_stop = stop.clone();

@@ -66,6 +66,10 @@ fn describe() {
          (the change store is the table's bucket) or the node"
     );
     describe_counter!(
+        crate::workers::supervisor::RESTARTS,
+        "Background services (labelled `service`) started again after they panicked or returned"
+    );
+    describe_counter!(
         crate::api::request_metrics::REQUESTS,
         "HTTP requests answered, by method, route template and status"
     );

@@ -25,13 +25,21 @@ pub async fn healthz() -> axum::Json<Health> {
     axum::Json(Health { status: "ok" })
 }
 
-/// Readiness: the database answers and every migration is applied.
+/// Readiness: the database answers, every migration is applied, and every background
+/// service (scheduler, task workers, pusher, janitor, change notifier) runs.
 #[utoipa::path(get, path = "/readyz", tag = TAG, operation_id = "readyz",
     responses(
         (status = 200, description = "Ready", body = Health),
-        (status = 503, description = "Database unreachable or migrations missing", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Database unreachable (`database_unavailable`), migrations missing (`migrations_pending`), or a background service down and about to be started again (`service_down`)", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Health>, ApiError> {
+    if let Some((service, why)) = state.services.down().into_iter().next() {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "service_down",
+            format!("the {service} of this node stopped ({why}) and is about to start again"),
+        ));
+    }
     match state.store.ready().await {
         Ok(true) => Ok(axum::Json(Health { status: "ok" })),
         Ok(false) => Err(ApiError::new(

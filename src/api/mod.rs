@@ -65,6 +65,8 @@ pub struct AppState {
     /// Where tables' local files may be and which hosts may be reached
     /// (`catalog.local_paths`, `network.allowed_hosts`).
     pub reach: crate::catalog::Reach,
+    /// The node's long-running services and whether each is up, for `/readyz`.
+    pub services: crate::workers::supervisor::Services,
 }
 
 impl AppState {

@@ -6,6 +6,7 @@ pub mod push;
 mod rewrite;
 mod scheduler;
 mod shuffle;
+pub mod supervisor;
 mod sync;
 pub mod tasks;
 
