@@ -29,6 +29,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a node: the HTTP API and the scheduler.
+    #[command(long_about = SERVE_HELP)]
     Serve,
     /// Apply database migrations and exit.
     Migrate,
@@ -85,6 +86,25 @@ enum DemoCommand {
         rows: usize,
     },
 }
+
+/// What `icefeed serve --help` says beyond the one line: the settings that matter first.
+const SERVE_HELP: &str = "Run a node: the HTTP API, the dashboard at /ui and the scheduler.
+
+Settings come from defaults, then the --config TOML file, then ICEFEED_* environment
+variables (nested keys with __). The ones to look at first:
+
+  ICEFEED_DATABASE_URL            PostgreSQL shared by all nodes
+                                  (default postgres://icefeed:icefeed@127.0.0.1:5432/icefeed)
+  ICEFEED_CHANGE_STORE            where change sets live: a directory, or an s3://, gs:// or
+                                  az:// URL (default .icefeed/changes)
+  ICEFEED_LISTEN                  address of the API (default 127.0.0.1:8080)
+  ICEFEED_AUTH__ADMIN_TOKEN       turns authentication on (at least 32 characters); without
+                                  it the node listens on loopback only
+  ICEFEED_CATALOG__LOCAL_PATHS    directories local tables may be read from (none)
+  ICEFEED_NETWORK__ALLOWED_HOSTS  private hosts catalogs, stores and OpenSearch may be on (none)
+  ICEFEED_CATALOG__ALLOWED_TYPES  catalog types tables may use (all)
+
+The README's \"Operating it\" section lists every setting.";
 
 /// Writes `text` to stdout; a reader that stops early (`icefeed openapi | head`) is no error.
 fn print_all(text: &str) -> std::io::Result<()> {
