@@ -118,6 +118,15 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
         node: node.clone(),
         hosts: state.reach.hosts.clone(),
     };
+    let pull_gauges = crate::workers::pull_gauges::PullGauges {
+        store: store.clone(),
+        node: node.clone(),
+        interval: settings.api.lag_report_interval,
+    };
+    let gauges_stop = stop.clone();
+    services.spawn(&mut background, "pull-gauges", stop.clone(), move || {
+        pull_gauges.clone().run(gauges_stop.clone())
+    });
     let pusher_stop = stop.clone();
     services.spawn(&mut background, "pusher", stop.clone(), move || {
         pusher.clone().run(pusher_stop.clone())

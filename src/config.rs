@@ -289,6 +289,10 @@ pub struct ApiSettings {
     /// (`ICEFEED_API__CORS_ALLOWED_ORIGINS=https://a.example,http://localhost:3000`).
     #[serde(deserialize_with = "comma_list")]
     pub cors_allowed_origins: Vec<String>,
+    /// How often one node sets the lag gauges of pull subscriptions
+    /// (`icefeed_subscription_lag_*`).
+    #[serde(with = "humantime_serde")]
+    pub lag_report_interval: Duration,
 }
 
 /// Which web origins may call the API from a browser.
@@ -380,6 +384,7 @@ impl Default for ApiSettings {
             stream_retry: Duration::from_secs(3),
             max_body_bytes: 1 << 20,
             cors_allowed_origins: Vec::new(),
+            lag_report_interval: Duration::from_secs(15),
         }
     }
 }
@@ -570,9 +575,9 @@ impl Settings {
                 "api.max_body_bytes must be at least 1024".into(),
             ));
         }
-        if self.api.stream_heartbeat.is_zero() {
+        if self.api.stream_heartbeat.is_zero() || self.api.lag_report_interval.is_zero() {
             return Err(ConfigError::Invalid(
-                "api.stream_heartbeat must be positive".into(),
+                "api.stream_heartbeat and api.lag_report_interval must be positive".into(),
             ));
         }
         self.network.host_policy()?;

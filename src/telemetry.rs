@@ -65,6 +65,19 @@ fn describe() {
         "Bytes of data files copied into insert segments, by who moved them: the S3 server \
          (the change store is the table's bucket) or the node"
     );
+    use crate::workers::pull_gauges;
+    describe_gauge!(
+        pull_gauges::LAG_EVENTS,
+        "Published events a pull subscription has not acknowledged; set by one node"
+    );
+    describe_gauge!(
+        pull_gauges::LAG_SNAPSHOTS,
+        "Snapshots a pull subscription has not acknowledged, published or not"
+    );
+    describe_gauge!(
+        pull_gauges::LAG_SECONDS,
+        "Age of the oldest change a pull subscription has not acknowledged"
+    );
     describe_counter!(
         crate::workers::supervisor::RESTARTS,
         "Background services (labelled `service`) started again after they panicked or returned"

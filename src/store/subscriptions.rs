@@ -194,6 +194,16 @@ impl Store {
         Ok(sqlx::query_as(&sql).fetch_all(&self.pool).await?)
     }
 
+    /// How far subscription `id` is behind on all its tables, as the store has it now.
+    pub async fn subscription_total_lag(&self, id: Uuid) -> Result<Lag, StoreError> {
+        let mut total = Lag::default();
+        for slot in self.subscribed_tables(id).await? {
+            let table = self.get_table(slot.table_id).await?;
+            total.add(&self.subscription_lag(&table, slot.committed).await?.1);
+        }
+        Ok(total)
+    }
+
     /// A subscription by id or by name.
     pub async fn find_subscription(&self, id_or_name: &str) -> Result<Subscription, StoreError> {
         let id = Uuid::parse_str(id_or_name).ok();

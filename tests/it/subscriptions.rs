@@ -723,3 +723,62 @@ async fn subscription_long_polls_answer_when_events_arrive() {
         (400, Some("wait_out_of_range"))
     );
 }
+
+/// The value of `name` for the subscription with id `sub` in a scrape, if reported.
+fn subscription_gauge(metrics: &str, name: &str, sub: &str) -> Option<f64> {
+    let label = format!("subscription_id=\"{sub}\"");
+    metrics.lines().find_map(|line| {
+        let rest = line.strip_prefix(name)?.strip_prefix('{')?;
+        let (labels, value) = rest.split_once("} ")?;
+        labels
+            .split(',')
+            .any(|l| l == label)
+            .then(|| value.trim().parse().ok())?
+    })
+}
+
+#[tokio::test]
+async fn pull_subscriptions_report_their_lag_as_gauges() {
+    let crate::fixtures::RegisteredOrders {
+        node,
+        id,
+        store: _store,
+        ..
+    } = crate::fixtures::registered_orders(1..=3).await;
+    let (status, sub) = node
+        .post(
+            "/v1/subscriptions",
+            &json!({"name": "lagging", "tables": [id]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{sub}");
+    let sub_id = sub["id"].as_str().unwrap().to_string();
+    let gauge = |wanted: f64| {
+        let (node, sub_id) = (&node, &sub_id);
+        async move {
+            crate::support::wait_until(std::time::Duration::from_secs(10), || async move {
+                let metrics = node.get_text("/metrics").await;
+                let events =
+                    subscription_gauge(&metrics, "icefeed_subscription_lag_events", sub_id);
+                (events == Some(wanted)
+                    && metrics.contains(r#"subscription="lagging""#)
+                    && subscription_gauge(&metrics, "icefeed_subscription_lag_seconds", sub_id)
+                        .is_some())
+                .then_some(())
+            })
+            .await
+        }
+    };
+    gauge(3.0).await;
+    let (status, page) = node.get("/v1/subscriptions/lagging/events").await;
+    assert_eq!(status, 200, "{page}");
+    let (status, acked) = node
+        .post(
+            "/v1/subscriptions/lagging/ack",
+            &json!({"position": page["next"]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{acked}");
+    gauge(0.0).await;
+    node.shutdown().await;
+}

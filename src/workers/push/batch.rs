@@ -294,13 +294,7 @@ impl Pusher {
 
     /// How far the subscription is behind on all its tables, as the store has it now.
     pub async fn lag(&self) -> Result<Lag, StoreError> {
-        let store = self.store();
-        let mut total = Lag::default();
-        for slot in store.subscribed_tables(self.reader.id).await? {
-            let table = store.get_table(slot.table_id).await?;
-            total.add(&store.subscription_lag(&table, slot.committed).await?.1);
-        }
-        Ok(total)
+        self.store().subscription_total_lag(self.reader.id).await
     }
 
     fn record(&self, commit: &PushCommit) {

@@ -1,0 +1,102 @@
+//! Lag gauges of pull subscriptions (`icefeed_subscription_lag_*`), set every
+//! `interval` by one node at a time: the holder of the `subscription-gauges` lease, so
+//! that each series has one source, as push gauges have their pushing node. A node that
+//! loses the lease, or stops, clears what it reported.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::store::{Lag, Lease, Store};
+use crate::workers::push::gauges::labels;
+
+const LEASE: &str = "subscription-gauges";
+/// Published events a pull subscription has not acknowledged.
+pub const LAG_EVENTS: &str = "icefeed_subscription_lag_events";
+/// Snapshots a pull subscription has not acknowledged, published or not.
+pub const LAG_SNAPSHOTS: &str = "icefeed_subscription_lag_snapshots";
+/// Age of the oldest change a pull subscription has not acknowledged.
+pub const LAG_SECONDS: &str = "icefeed_subscription_lag_seconds";
+
+/// Reports the lag of every pull subscription while it holds the lease.
+#[derive(Clone)]
+pub struct PullGauges {
+    pub store: Store,
+    pub node: String,
+    pub interval: Duration,
+}
+
+impl PullGauges {
+    pub async fn run(self, stop: CancellationToken) {
+        let ttl = self.interval * 3;
+        let mut held: Option<Lease> = None;
+        let mut reported = BTreeMap::new();
+        loop {
+            held = match held {
+                Some(lease) => match self.store.renew_lease(&lease, ttl).await {
+                    Ok(()) => Some(lease),
+                    Err(_) => None,
+                },
+                None => self
+                    .store
+                    .try_acquire_lease(LEASE, &self.node, ttl)
+                    .await
+                    .ok()
+                    .flatten(),
+            };
+            if held.is_some() {
+                if let Err(e) = self.report(&mut reported).await {
+                    tracing::debug!(error = %e, "subscription lag not reported");
+                }
+            } else {
+                clear_all(&mut reported);
+            }
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                _ = tokio::time::sleep(self.interval) => {}
+            }
+        }
+        clear_all(&mut reported);
+        if let Some(lease) = held {
+            let _ = self.store.release_lease(&lease).await;
+        }
+    }
+
+    /// Sets the gauges of every pull subscription; clears those of deleted ones.
+    async fn report(
+        &self,
+        reported: &mut BTreeMap<Uuid, String>,
+    ) -> Result<(), crate::store::StoreError> {
+        let mut now = BTreeMap::new();
+        for subscription in self.store.list_subscriptions().await? {
+            if subscription.kind != "pull" {
+                continue;
+            }
+            let lag = self.store.subscription_total_lag(subscription.id).await?;
+            set(subscription.id, &subscription.name, &lag);
+            now.insert(subscription.id, subscription.name);
+        }
+        for (id, name) in reported.iter() {
+            if now.get(id) != Some(name) {
+                set(*id, name, &Lag::default());
+            }
+        }
+        *reported = now;
+        Ok(())
+    }
+}
+
+fn set(id: Uuid, name: &str, lag: &Lag) {
+    let labels = labels(id, name);
+    metrics::gauge!(LAG_EVENTS, &labels).set(lag.events as f64);
+    metrics::gauge!(LAG_SNAPSHOTS, &labels).set(lag.snapshots as f64);
+    metrics::gauge!(LAG_SECONDS, &labels).set(lag.seconds());
+}
+
+fn clear_all(reported: &mut BTreeMap<Uuid, String>) {
+    for (id, name) in std::mem::take(reported) {
+        set(id, &name, &Lag::default());
+    }
+}
