@@ -258,7 +258,10 @@ async function subscriptionsView() {
       h("td", {}, badge(s.push ? s.push.state : s.state)),
       h("td", {}, s.tables.map((t) => t.table).join(", ")),
       h("td", { class: "num" }, `${s.lag.events} events`, h("div", { class: "muted" }, `${s.lag.snapshots} snapshots, ${seconds(s.lag.seconds)}`)),
-      h("td", { class: "num" }, s.push ? `${s.push.documents_indexed} indexed, ${s.push.documents_deleted} deleted, ${s.push.dead_letters} dead letters` : "—"),
+      h("td", { class: "num" }, s.push ? [
+        `${s.push.documents_indexed} indexed, ${s.push.documents_deleted} deleted, ${s.push.dead_letters} dead letters`,
+        h("div", { class: "muted" }, throughput(s)),
+      ] : "—"),
       h("td", {}, (s.last_error || (s.push && s.push.last_error)) ? h("div", { class: "error-text" }, s.last_error || s.push.last_error) : ""),
       h("td", {}, subscriptionActions(s))));
   render(
@@ -268,6 +271,18 @@ async function subscriptionsView() {
       : h("table", { id: "subscriptions" },
           h("thead", {}, h("tr", {}, ["Subscription", "State", "Tables", "Lag", "Push", "Last error", ""].map((c) => h("th", {}, c)))),
           h("tbody", {}, rows)));
+}
+
+/** Documents a push subscription sent per second since the list was last shown. */
+const pushed = new Map();
+function throughput(s) {
+  const total = s.push.documents_indexed + s.push.documents_deleted;
+  const now = Date.now();
+  const before = pushed.get(s.id);
+  pushed.set(s.id, { total, at: now });
+  if (!before || now <= before.at) return "";
+  const rate = ((total - before.total) * 1000) / (now - before.at);
+  return `${rate.toFixed(rate < 10 ? 1 : 0)} documents/s`;
 }
 
 function subscriptionActions(s) {
