@@ -421,7 +421,7 @@ impl CatalogConfig {
                     .with_storage_factory(storage)
                     .load(name.clone(), props)
                     .await
-                    .map_err(unreachable)?;
+                    .map_err(builder_error)?;
                 Arc::new(catalog)
             }
             CatalogConfig::Rest {
@@ -443,7 +443,7 @@ impl CatalogConfig {
                     .with_storage_factory(storage)
                     .load("rest", props)
                     .await
-                    .map_err(unreachable)?;
+                    .map_err(builder_error)?;
                 Arc::new(catalog)
             }
             CatalogConfig::Glue {
@@ -464,7 +464,7 @@ impl CatalogConfig {
                     .with_storage_factory(storage)
                     .load("glue", props)
                     .await
-                    .map_err(unreachable)?;
+                    .map_err(builder_error)?;
                 Arc::new(catalog)
             }
             CatalogConfig::Hive {
@@ -480,7 +480,7 @@ impl CatalogConfig {
                     .with_storage_factory(storage)
                     .load("hive", props)
                     .await
-                    .map_err(unreachable)?;
+                    .map_err(builder_error)?;
                 Arc::new(catalog)
             }
             CatalogConfig::Filesystem { .. } => {
@@ -672,7 +672,7 @@ async fn load_from(
             // here when its storage does.
             CatalogError::reading(&format!("the metadata of {}", display_ident(ident)), e)
         } else if is_connection_error(&e) {
-            unreachable(e)
+            CatalogError::Unreachable(redact::redact_text(&e.to_string()))
         } else {
             CatalogError::Iceberg(e)
         }
@@ -736,7 +736,7 @@ fn is_connection_error(e: &iceberg::Error) -> bool {
 
 /// A catalog client that could not be built: settings it refuses (a missing warehouse
 /// or address) are the caller's to fix; anything else is the service not answering.
-fn unreachable(e: iceberg::Error) -> CatalogError {
+fn builder_error(e: iceberg::Error) -> CatalogError {
     let text = redact::redact_text(&e.to_string());
     match e.kind() {
         ErrorKind::DataInvalid => CatalogError::Invalid(text),

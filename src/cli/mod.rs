@@ -143,8 +143,9 @@ pub struct TailArgs {
     pub no_follow: bool,
 }
 
-fn path_segment(id: &str) -> String {
-    url::form_urlencoded::byte_serialize(id.as_bytes()).collect()
+/// `text` percent-encoded, for a path segment or a query value.
+fn path_segment(text: &str) -> String {
+    url::form_urlencoded::byte_serialize(text.as_bytes()).collect()
 }
 
 fn catalog_settings(catalog: &str) -> Result<Value, CliError> {

@@ -44,10 +44,6 @@ fn str_field(v: &Value, name: &str) -> String {
     v[name].as_str().unwrap_or_default().to_string()
 }
 
-fn encode(value: &str) -> String {
-    url::form_urlencoded::byte_serialize(value.as_bytes()).collect()
-}
-
 pub async fn tail(remote: &Remote, args: TailArgs) -> Result<(), CliError> {
     let client = Client::new(&remote.url, remote.token.clone())?;
     let feed = Feed::find(&client, &args.target).await?;
@@ -61,7 +57,7 @@ pub async fn tail(remote: &Remote, args: TailArgs) -> Result<(), CliError> {
             let mut filters = String::new();
             for (name, value) in [("ops", &args.ops), ("columns", &args.columns)] {
                 if let Some(value) = value {
-                    filters.push_str(&format!("&{name}={}", encode(value)));
+                    filters.push_str(&format!("&{name}={}", path_segment(value)));
                 }
             }
             (format!("/v1/tables/{id}/changes"), after, filters)
@@ -96,7 +92,7 @@ pub async fn tail(remote: &Remote, args: TailArgs) -> Result<(), CliError> {
     loop {
         let mut path = format!("{base}?limit={PAGE}&wait={wait}{filters}");
         if let Some(after) = &after {
-            path.push_str(&format!("&after={}", encode(after)));
+            path.push_str(&format!("&after={}", path_segment(after)));
         }
         let page = client.get(&path).await?;
         let events = page["events"]

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::store::{Lag, Lease, Store};
-use crate::workers::push::gauges::labels;
+use crate::workers::push::gauges::set_lag_gauges;
 
 const LEASE: &str = "subscription-gauges";
 /// Published events a pull subscription has not acknowledged.
@@ -89,10 +89,7 @@ impl PullGauges {
 }
 
 fn set(id: Uuid, name: &str, lag: &Lag) {
-    let labels = labels(id, name);
-    metrics::gauge!(LAG_EVENTS, &labels).set(lag.events as f64);
-    metrics::gauge!(LAG_SNAPSHOTS, &labels).set(lag.snapshots as f64);
-    metrics::gauge!(LAG_SECONDS, &labels).set(lag.seconds());
+    set_lag_gauges([LAG_EVENTS, LAG_SNAPSHOTS, LAG_SECONDS], id, name, lag);
 }
 
 fn clear_all(reported: &mut BTreeMap<Uuid, String>) {

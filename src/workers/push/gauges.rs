@@ -53,12 +53,23 @@ pub fn set_state(id: Uuid, subscription: &str, state: SubscriptionState) {
     }
 }
 
-/// Sets the lag gauges of a subscription.
+/// Sets the lag gauges of a push subscription.
 pub fn set_lag(id: Uuid, subscription: &str, lag: &Lag) {
+    set_lag_gauges(
+        [LAG_EVENTS, LAG_SNAPSHOTS, LAG_SECONDS],
+        id,
+        subscription,
+        lag,
+    );
+}
+
+/// Sets the three lag gauges `names` (events, snapshots, seconds) of a subscription.
+pub fn set_lag_gauges(names: [&'static str; 3], id: Uuid, subscription: &str, lag: &Lag) {
     let labels = labels(id, subscription);
-    metrics::gauge!(LAG_EVENTS, &labels).set(lag.events as f64);
-    metrics::gauge!(LAG_SNAPSHOTS, &labels).set(lag.snapshots as f64);
-    metrics::gauge!(LAG_SECONDS, &labels).set(lag.seconds());
+    let [events, snapshots, seconds] = names;
+    metrics::gauge!(events, &labels).set(lag.events as f64);
+    metrics::gauge!(snapshots, &labels).set(lag.snapshots as f64);
+    metrics::gauge!(seconds, &labels).set(lag.seconds());
 }
 
 /// Clears the gauges of a subscription this node no longer reports: no state, no lag.
