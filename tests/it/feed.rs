@@ -393,6 +393,8 @@ async fn change_sets_are_listed_newest_first_with_the_cursor_that_reads_from_the
     let id = node
         .register(&wh.registration("shop.orders", json!({})))
         .await;
+    // Exported before the next commits, which then get change sets of their own.
+    node.wait_for_checkpoint(&id, head(&t1)).await;
     let t2 = wh.append(&t1, &[orders(3..=3)]).await;
     let t3 = wh.append(&t2, &[orders(4..=6)]).await;
     node.wait_for_checkpoint(&id, head(&t3)).await;
