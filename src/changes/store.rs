@@ -134,6 +134,16 @@ impl ChangeStore {
         format!("tables/{table}/snapshots/{snapshot_id}")
     }
 
+    /// The prefix of one snapshot's shuffle files, which are garbage once it is published.
+    pub fn shuffle_prefix(table: TableId, snapshot_id: i64) -> String {
+        format!("shuffle/{table}/{snapshot_id}")
+    }
+
+    /// Every prefix that holds objects of `table`: its change sets and its shuffles.
+    pub fn table_prefixes(table: TableId) -> Vec<String> {
+        vec![format!("tables/{table}"), format!("shuffle/{table}")]
+    }
+
     /// Copies an Iceberg data file byte for byte into the store under `key`, after
     /// checking that its footer holds `expected_rows` rows: insert-only change sets need
     /// no re-encoding, so they cost a file copy rather than a decode and re-write.
@@ -313,11 +323,6 @@ impl ChangeStore {
     /// Deletes one object.
     pub async fn delete(&self, key: &str) -> Result<(), ChangeStoreError> {
         Ok(self.objects.delete(&self.full(key)).await?)
-    }
-
-    /// Deletes everything stored for `table` (best effort is up to the caller).
-    pub async fn delete_table(&self, table: TableId) -> Result<usize, ChangeStoreError> {
-        self.delete_prefix(&format!("tables/{table}")).await
     }
 
     /// Deletes every object below `prefix`; returns how many.

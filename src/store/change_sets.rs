@@ -1,6 +1,8 @@
 //! The change-set index: which Parquet segments hold which events of which snapshot,
 //! and the publish transaction that records them and advances the checkpoint at once.
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 
 use super::leases::{Lease, fence};
@@ -22,6 +24,9 @@ pub struct NewChangeSet {
     /// The Iceberg schema (JSON) the rows were read with.
     pub schema: serde_json::Value,
     pub segments: Vec<NewSegment>,
+    /// Change-store prefixes the publish makes garbage (the snapshot's shuffle files);
+    /// the snapshot's tasks are forgotten in the same transaction.
+    pub garbage: Vec<String>,
 }
 
 /// One Parquet file of a change set, in event order.
@@ -169,6 +174,12 @@ impl Store {
         .bind(cs.committed_at)
         .execute(&mut *tx)
         .await?;
+        sqlx::query("DELETE FROM tasks WHERE table_id = $1 AND snapshot_id = $2")
+            .bind(table)
+            .bind(cs.snapshot_id)
+            .execute(&mut *tx)
+            .await?;
+        super::retention::queue_garbage(&mut tx, &cs.garbage, Duration::ZERO).await?;
         sqlx::query("SELECT pg_notify($1, $2)")
             .bind(CHANGES_CHANNEL)
             .bind(table.to_string())

@@ -162,14 +162,7 @@ impl Store {
             .iter()
             .map(|(_, snapshot, _)| ChangeStore::snapshot_prefix(table, *snapshot))
             .collect();
-        sqlx::query(
-            "INSERT INTO garbage (prefix, delete_after) \
-             SELECT p, now() + make_interval(secs => $2) FROM unnest($1::text[]) AS p",
-        )
-        .bind(&prefixes)
-        .bind(grace.as_secs_f64())
-        .execute(&mut *tx)
-        .await?;
+        queue_garbage(&mut tx, &prefixes, grace).await?;
         sqlx::query(
             "UPDATE source_tables SET pruned_through_ordinal = $2, pruned_through_events = $3 \
              WHERE id = $1",
@@ -205,6 +198,24 @@ impl Store {
             .await?;
         Ok(())
     }
+}
+
+/// Queues change-store `prefixes` for the janitor to delete once `after` has passed, in
+/// the transaction that makes them unreachable, so that a crash cannot orphan them.
+pub(super) async fn queue_garbage(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    prefixes: &[String],
+    after: Duration,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO garbage (prefix, delete_after) \
+         SELECT p, now() + make_interval(secs => $2) FROM unnest($1::text[]) AS p",
+    )
+    .bind(prefixes)
+    .bind(after.as_secs_f64())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,5 +1,7 @@
 //! The registry of source tables.
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -297,8 +299,15 @@ impl Store {
         Ok(())
     }
 
-    /// Removes a table with its change-set index; returns false when it did not exist.
-    pub async fn delete_table(&self, id: TableId) -> Result<bool, StoreError> {
+    /// Removes a table with its change-set index and queues the change-store `prefixes`
+    /// holding its objects for deletion after `grace` (reads that found a segment just
+    /// before may finish); returns false when it did not exist.
+    pub async fn delete_table(
+        &self,
+        id: TableId,
+        prefixes: &[String],
+        grace: Duration,
+    ) -> Result<bool, StoreError> {
         let mut tx = self.pool.begin().await?;
         // The lease first: a publish locks the lease, then the table (see `fence`); the
         // same order here keeps a concurrent publish from deadlocking with the delete.
@@ -310,6 +319,9 @@ impl Store {
             .bind(id)
             .execute(&mut *tx)
             .await?;
+        if done.rows_affected() == 1 {
+            super::retention::queue_garbage(&mut tx, prefixes, grace).await?;
+        }
         tx.commit().await?;
         Ok(done.rows_affected() == 1)
     }

@@ -1,5 +1,6 @@
-//! The janitor: prunes change sets past their tables' retention and deletes the segments
-//! of pruned change sets once their grace period has passed.
+//! The janitor: prunes change sets past their tables' retention and deletes the garbage
+//! list's prefixes once due: segments of pruned change sets and deleted tables, and the
+//! shuffle files of published snapshots.
 //!
 //! Every node runs one without a lease: pruning a table locks its row, so concurrent
 //! passes serialize and the second finds nothing left to prune, and deleting objects
@@ -48,14 +49,21 @@ impl Janitor {
             metrics::counter!("icefeed_change_sets_pruned_total")
                 .increment(pruned.change_sets as u64);
         }
-        let due = self.store.due_garbage(GARBAGE_PER_PASS).await?;
-        let mut deleted = Vec::with_capacity(due.len());
-        for (id, prefix) in due {
-            match self.changes.delete_prefix(&prefix).await {
-                Ok(_) => deleted.push(id),
-                Err(e) => tracing::warn!(%prefix, error = %e, "could not delete pruned segments"),
+        // Batch after batch, so that a busy node's garbage does not pile up between passes;
+        // a pass ends at a batch it could not delete all of (the store is failing).
+        loop {
+            let due = self.store.due_garbage(GARBAGE_PER_PASS).await?;
+            let mut deleted = Vec::with_capacity(due.len());
+            for (id, prefix) in &due {
+                match self.changes.delete_prefix(prefix).await {
+                    Ok(_) => deleted.push(*id),
+                    Err(e) => tracing::warn!(%prefix, error = %e, "could not delete garbage"),
+                }
+            }
+            self.store.forget_garbage(&deleted).await?;
+            if due.len() < GARBAGE_PER_PASS as usize || deleted.len() < due.len() {
+                return Ok(());
             }
         }
-        self.store.forget_garbage(&deleted).await
     }
 }

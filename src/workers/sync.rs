@@ -271,22 +271,6 @@ impl TableSync<'_> {
         Ok(segments.into_iter().flatten().collect())
     }
 
-    /// A published snapshot's tasks and shuffle files are no longer needed; what a
-    /// failure here leaves behind is harmless and removed with the table.
-    async fn clean_up_shuffle(&self, table: &SourceTable, snapshot_id: i64) {
-        if let Err(e) = self
-            .store
-            .delete_snapshot_tasks(table.id, snapshot_id)
-            .await
-        {
-            tracing::warn!(error = %e, snapshot_id, "could not delete shuffle tasks");
-        }
-        let prefix = super::shuffle::shuffle_prefix(table.id, snapshot_id);
-        if let Err(e) = self.changes.delete_prefix(&prefix).await {
-            tracing::warn!(error = %e, snapshot_id, "could not delete shuffle files");
-        }
-    }
-
     async fn publish(
         &self,
         table: &SourceTable,
@@ -343,6 +327,11 @@ impl TableSync<'_> {
             schema: serde_json::to_value(schema.as_ref())
                 .map_err(|e| SyncError::Transient(e.to_string()))?,
             segments,
+            garbage: if shuffled {
+                vec![ChangeStore::shuffle_prefix(table.id, snapshot_id)]
+            } else {
+                Vec::new()
+            },
         };
         let ordinal = self
             .store
@@ -352,9 +341,6 @@ impl TableSync<'_> {
         metrics::counter!("icefeed_scheduler_rows_published_total").increment(rows as u64);
         metrics::counter!("icefeed_scheduler_change_sets_published_total").increment(1);
         tracing::info!(table = %table.table_name, snapshot_id, ordinal, rows, kind, "published change set");
-        if shuffled {
-            self.clean_up_shuffle(table, snapshot_id).await;
-        }
         Ok(())
     }
 }

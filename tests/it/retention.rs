@@ -193,3 +193,63 @@ async fn a_hard_limit_prunes_under_a_subscription_which_then_gets_410() {
     let (status, _) = node.get("/v1/subscriptions/stuck/events").await;
     assert_eq!(status, 200);
 }
+
+/// Every file under `store` (the local change store), relative to it.
+fn stored_objects(store: &std::path::Path) -> Vec<String> {
+    fn walk(dir: &std::path::Path, root: &std::path::Path, out: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path, root, out);
+            } else {
+                out.push(path.strip_prefix(root).unwrap().display().to_string());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(store, store, &mut out);
+    out
+}
+
+/// Shuffle files of published snapshots and everything of a deleted table are queued on
+/// the garbage list in the transactions that make them unreachable, so a node that stops
+/// before deleting them orphans nothing: another node's janitor deletes them.
+#[tokio::test]
+async fn garbage_outlives_the_node_that_made_it() {
+    let wh = Warehouse::new().await;
+    let (database, store) = (fresh_database().await, tempfile::tempdir().unwrap());
+    let mut settings = test_settings(&database, store.path());
+    // This node's janitor never runs: it "dies" before deleting anything.
+    settings.retention.interval = Duration::from_secs(3600);
+    let node = Node::start(settings.clone()).await;
+    let mut t = wh.create("shop.orders", orders_schema(), None).await;
+    t = wh.append(&t, &[orders(1..=3)]).await;
+    let table = node
+        .register(&wh.registration("shop.orders", json!({"start": "earliest"})))
+        .await;
+    node.wait_for_checkpoint(&table, head(&t)).await;
+    // A copy-on-write rewrite goes through the shuffle.
+    t = wh.overwrite_all(&t, &[orders(1..=2)]).await;
+    node.wait_for_checkpoint(&table, head(&t)).await;
+    let before = stored_objects(store.path());
+    assert!(
+        before.iter().any(|o| o.starts_with("shuffle/")),
+        "the rewrite's shuffle files are still there: {before:?}"
+    );
+    assert_eq!(node.delete(&format!("/v1/tables/{table}")).await, 204);
+    node.shutdown().await;
+    assert!(
+        stored_objects(store.path()).len() >= before.len(),
+        "nothing deleted while the node ran"
+    );
+
+    settings.retention.interval = Duration::from_millis(100);
+    let janitor = Node::start(settings).await;
+    let left = wait_until(Duration::from_secs(20), || async {
+        let left = stored_objects(store.path());
+        left.is_empty().then_some(left)
+    })
+    .await;
+    assert!(left.is_empty());
+    janitor.shutdown().await;
+}

@@ -63,6 +63,9 @@ pub fn test_settings(database_url: &str, change_store: &Path) -> Settings {
     s.scheduler.reduce_target_bytes = 4096;
     s.api.shutdown_grace = Duration::from_secs(5);
     s.api.lag_report_interval = Duration::from_millis(200);
+    // Garbage (shuffle files, deleted tables) goes within a test's patience.
+    s.retention.interval = Duration::from_millis(200);
+    s.retention.grace = Duration::from_millis(200);
     // Test tables live in temporary directories.
     s.catalog.local_paths = vec![std::env::temp_dir()];
     // The test servers (catalogs, object stores, OpenSearch) listen on loopback.

@@ -12,6 +12,7 @@ use super::AppState;
 use super::auth::Access;
 use super::error::{ApiError, Problem};
 use super::extract::{Json, Path};
+use crate::changes::ChangeStore;
 use crate::store::{StoreError, TableId};
 use model::{RegisterTable, TableList, TableView, UpdateTable};
 
@@ -227,15 +228,16 @@ pub async fn delete_table(
         )
         .with("subscriptions", readers));
     }
-    state.store.delete_table(table.id).await?;
-    // The index is gone, so nothing can read the segments any more: remove them in the
-    // background; what a failure leaves behind is unreachable and safe to delete later.
-    let changes = state.changes.clone();
-    tokio::spawn(async move {
-        if let Err(e) = changes.delete_table(table.id).await {
-            tracing::warn!(table = %table.id, error = %e, "could not delete change sets");
-        }
-    });
+    // The index goes at once, so nothing can find the segments any more; the janitor
+    // deletes them after the grace, also if this node dies in between.
+    state
+        .store
+        .delete_table(
+            table.id,
+            &ChangeStore::table_prefixes(table.id),
+            state.settings.retention.grace,
+        )
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -20,6 +20,7 @@ pub use reduce::run_reduce;
 
 use super::sync::SyncError;
 use crate::changelog::FileRows;
+use crate::changes::ChangeStore;
 use crate::store::{NewSegment, Store, TableId};
 
 /// Input of a map task: the removed and added files of whole partition groups.
@@ -366,12 +367,8 @@ fn to_json<T: Serialize>(value: &T) -> serde_json::Value {
 /// The key of a shuffle file `name` of a task.
 pub fn shuffle_key(table: TableId, snapshot_id: i64, task: &str, name: &str) -> String {
     let n = task.rsplit('/').next().unwrap_or(task);
-    format!("{}/m{n}-{name}.arrow", shuffle_prefix(table, snapshot_id))
-}
-
-/// Where a snapshot's shuffle files live; deleted once the snapshot is published.
-pub fn shuffle_prefix(table: TableId, snapshot_id: i64) -> String {
-    format!("shuffle/{table}/{snapshot_id}")
+    let prefix = ChangeStore::shuffle_prefix(table, snapshot_id);
+    format!("{prefix}/m{n}-{name}.arrow")
 }
 
 #[cfg(test)]
