@@ -1,7 +1,9 @@
 //! A fault-injecting HTTP proxy: forwards requests to an upstream server, except that the
 //! next requests whose path ends with a given suffix get scripted faults instead: an
 //! error status, a dropped connection, an answer cut off in the middle of its body, or a
-//! bulk answer refusing every item for now. The `Host` header is forwarded as sent, so
+//! bulk answer refusing every item for now. Besides, every write (PUT, POST, DELETE) on
+//! any path can be refused or failed until switched back ([`Writes`]): an S3 bucket that
+//! became read-only, or a failing one. The `Host` header is forwarded as sent, so
 //! requests signed for the proxy's address (S3's SigV4) still verify upstream.
 
 use std::collections::VecDeque;
@@ -37,6 +39,23 @@ pub enum Fault {
     Truncate,
 }
 
+/// What the proxy does with every write request (PUT, POST, DELETE), whatever its path;
+/// reads (GET, HEAD) are forwarded (or scripted) as usual.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Writes {
+    /// Forward them.
+    #[default]
+    Forward,
+    /// Refuse them with `403 AccessDenied`, an S3 XML error, as a bucket whose policy
+    /// became read-only does. Nothing is written.
+    Refuse,
+    /// Fail them with this status and an S3 XML error (`500 InternalError`,
+    /// `503 SlowDown`). Nothing is written.
+    Fail(u16),
+    /// Close the connection without answering. Nothing is written.
+    Drop,
+}
+
 type Body = BoxBody<Bytes, Dropped>;
 
 fn full(bytes: Bytes) -> Body {
@@ -53,6 +72,9 @@ struct State {
     upstream: String,
     client: reqwest::Client,
     script: Mutex<Script>,
+    writes: Mutex<Writes>,
+    /// Writes refused or failed by [`Writes`].
+    writes_stopped: AtomicUsize,
     /// Requests on the scripted path that were forwarded.
     forwarded: AtomicUsize,
     /// (request body, answer body) of forwarded requests on the scripted path.
@@ -88,6 +110,8 @@ impl FaultProxy {
             upstream: upstream.trim_end_matches('/').to_string(),
             client: reqwest::Client::new(),
             script: Mutex::default(),
+            writes: Mutex::default(),
+            writes_stopped: AtomicUsize::new(0),
             forwarded: AtomicUsize::new(0),
             exchanges: Mutex::default(),
         });
@@ -117,6 +141,16 @@ impl FaultProxy {
         script.faults = faults.into_iter().collect();
     }
 
+    /// Treats every write from now on as `writes` says, until set again.
+    pub fn set_writes(&self, writes: Writes) {
+        *self.state.writes.lock().unwrap() = writes;
+    }
+
+    /// Writes that [`Writes`] refused, failed or dropped so far.
+    pub fn writes_stopped(&self) -> usize {
+        self.state.writes_stopped.load(Ordering::SeqCst)
+    }
+
     /// Scripted faults not yet used.
     pub fn pending(&self) -> usize {
         self.state.script.lock().unwrap().faults.len()
@@ -143,6 +177,35 @@ impl Drop for FaultProxy {
 async fn handle(state: Arc<State>, request: Request<Incoming>) -> Result<Response<Body>, Dropped> {
     let (parts, body) = request.into_parts();
     let body = body.collect().await.map_err(|_| Dropped)?.to_bytes();
+    let writes = *state.writes.lock().unwrap();
+    let write = matches!(
+        parts.method,
+        hyper::Method::PUT | hyper::Method::POST | hyper::Method::DELETE
+    );
+    if write && writes != Writes::Forward {
+        state.writes_stopped.fetch_add(1, Ordering::SeqCst);
+        return match writes {
+            Writes::Refuse => Ok(s3_error(
+                403,
+                "AccessDenied",
+                "Access Denied",
+                parts.uri.path(),
+            )),
+            Writes::Fail(status) => {
+                let code = match status {
+                    503 => "SlowDown",
+                    _ => "InternalError",
+                };
+                Ok(s3_error(
+                    status,
+                    code,
+                    "injected: the store is failing",
+                    parts.uri.path(),
+                ))
+            }
+            Writes::Drop | Writes::Forward => Err(Dropped),
+        };
+    }
     let (scripted, fault) = {
         let mut script = state.script.lock().unwrap();
         let scripted =
@@ -218,6 +281,20 @@ fn json_response(status: u16, body: &Value) -> Response<Body> {
         .status(status)
         .header("content-type", "application/json")
         .body(full(Bytes::from(body.to_string())))
+        .unwrap()
+}
+
+/// An S3 error answer: `status` with the XML error document S3 sends.
+fn s3_error(status: u16, code: &str, message: &str, resource: &str) -> Response<Body> {
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code>\
+         <Message>{message}</Message><Resource>{resource}</Resource>\
+         <RequestId>fault-proxy</RequestId></Error>"
+    );
+    Response::builder()
+        .status(status)
+        .header("content-type", "application/xml")
+        .body(full(Bytes::from(body)))
         .unwrap()
 }
 

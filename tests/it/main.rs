@@ -32,6 +32,7 @@ mod schema_evolution;
 mod schemathesis;
 mod sdk;
 mod spark;
+mod store_faults;
 mod stream;
 mod subscriptions;
 mod support;
