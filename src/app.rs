@@ -67,6 +67,9 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
         auth: crate::api::auth::Authenticator::new(store.clone(), &settings.auth),
         reach: reach.clone(),
         services: crate::workers::supervisor::Services::default(),
+        admission: Arc::new(crate::api::admission::Admission::new(
+            settings.limits.clone(),
+        )),
     };
     let listener = TcpListener::bind(settings.listen)
         .await
@@ -140,8 +143,11 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
     let grace = settings.api.shutdown_grace;
     let task_stop = stop.clone();
     let task = tokio::spawn(async move {
-        let server =
-            axum::serve(listener, app).with_graceful_shutdown(task_stop.clone().cancelled_owned());
+        let server = axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        )
+        .with_graceful_shutdown(task_stop.clone().cancelled_owned());
         // Streams end when `stop` is cancelled, but one whose client stopped reading is
         // never polled again to notice: shutdown stops waiting for it after the grace.
         let served = tokio::select! {

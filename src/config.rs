@@ -9,7 +9,10 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 
+mod limits;
+
 pub use crate::secret::Secret;
+pub use limits::LimitSettings;
 
 /// Every setting of an `icefeed` node.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -32,6 +35,8 @@ pub struct Settings {
     pub scheduler: SchedulerSettings,
     /// HTTP API limits.
     pub api: ApiSettings,
+    /// How much a node takes on before it sheds requests.
+    pub limits: LimitSettings,
     /// Pruning change sets past their tables' retention.
     pub retention: RetentionSettings,
     /// The push worker (OpenSearch subscriptions).
@@ -347,6 +352,7 @@ impl Default for Settings {
             node_id: None,
             scheduler: SchedulerSettings::default(),
             api: ApiSettings::default(),
+            limits: LimitSettings::default(),
             retention: RetentionSettings::default(),
             push: PushSettings::default(),
             catalog: CatalogSettings::default(),
@@ -485,6 +491,7 @@ const SETTINGS: &[&str] = &[
     "node_id",
     "scheduler",
     "api",
+    "limits",
     "retention",
     "push",
     "catalog",
@@ -582,6 +589,7 @@ impl Settings {
         }
         self.network.host_policy()?;
         self.api.cors_origins()?;
+        self.limits.validate()?;
         if let Some(token) = &self.auth.admin_token
             && token.expose().chars().count() < MIN_ADMIN_TOKEN_CHARS
         {

@@ -120,8 +120,11 @@ impl IntoResponse for ApiError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
-        // Every 503 is a passing condition: say when to come back.
-        if status == StatusCode::SERVICE_UNAVAILABLE {
+        // Every 503 and 429 is a passing condition: say when to come back.
+        if matches!(
+            status,
+            StatusCode::SERVICE_UNAVAILABLE | StatusCode::TOO_MANY_REQUESTS
+        ) {
             headers.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
         }
         response

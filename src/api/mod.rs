@@ -1,5 +1,6 @@
 //! The HTTP API: routes and the OpenAPI document come from the same handler list.
 
+pub mod admission;
 pub mod auth;
 pub mod change_sets;
 pub mod changes;
@@ -67,6 +68,8 @@ pub struct AppState {
     pub reach: crate::catalog::Reach,
     /// The node's long-running services and whether each is up, for `/readyz`.
     pub services: crate::workers::supervisor::Services,
+    /// How much work the node takes on (`limits.*`).
+    pub admission: Arc<admission::Admission>,
 }
 
 impl AppState {
@@ -239,7 +242,8 @@ fn declare_security(api: &mut utoipa::openapi::OpenApi) {
 }
 
 /// Every operation that reads or writes the database answers 503 while the node cannot
-/// reach it, with `Retry-After`.
+/// reach it or is at its limits, and those that may wait (streams, long polls) 429 past a
+/// client's limit, with `Retry-After`.
 fn declare_unavailable(api: &mut utoipa::openapi::OpenApi) {
     use utoipa::openapi::HeaderBuilder;
     use utoipa::openapi::schema::{ObjectBuilder, Type};
@@ -256,15 +260,36 @@ fn declare_unavailable(api: &mut utoipa::openapi::OpenApi) {
         add_response(
             operation,
             "503",
-            "The node cannot reach its database right now (`database_unavailable`); retry \
-             after `Retry-After` seconds",
+            "The node cannot reach its database right now (`database_unavailable`), or is \
+             at its limit of requests (`overloaded`); retry after `Retry-After` seconds",
         );
-        if let Some(utoipa::openapi::RefOr::T(answer)) =
-            operation.responses.responses.get_mut("503")
-        {
-            answer
-                .headers
-                .insert("Retry-After".into(), retry_after.clone());
+        let streams = matches!(
+            operation.responses.responses.get("200"),
+            Some(utoipa::openapi::RefOr::T(ok)) if ok.content.contains_key("text/event-stream")
+        );
+        let waits = streams
+            || operation
+                .parameters
+                .iter()
+                .flatten()
+                .any(|p| p.name == "wait");
+        if waits {
+            add_response(
+                operation,
+                "429",
+                "This client has `limits.max_waiting_per_client` event streams and long \
+                 polls open on the node (`too_many_waiting_requests`); retry after \
+                 `Retry-After` seconds",
+            );
+        }
+        for status in ["503", "429"] {
+            if let Some(utoipa::openapi::RefOr::T(answer)) =
+                operation.responses.responses.get_mut(status)
+            {
+                answer
+                    .headers
+                    .insert("Retry-After".into(), retry_after.clone());
+            }
         }
     }
 }
@@ -325,6 +350,11 @@ pub fn router(state: AppState) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::authorize,
+        ))
+        // Before authentication: a node at its limit spends nothing on a request.
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            admission::admit,
         ))
         .route(
             "/openapi.json",

@@ -1,5 +1,6 @@
 //! Integration tests: a real PostgreSQL, real Iceberg tables, real HTTP.
 
+mod admission;
 mod auth;
 mod catalogs;
 mod change_stores;
