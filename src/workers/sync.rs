@@ -66,6 +66,15 @@ impl From<CatalogError> for SyncError {
                 message: format!("{CATALOG_TYPE_NOT_ALLOWED}: {e}"),
                 snapshot: None,
             },
+            // Dropped or renamed: polling again will not bring it back; a retry once it
+            // is there again will.
+            CatalogError::TableNotFound(_) => SyncError::Table {
+                message: format!(
+                    "iceberg_table_not_found: {e} (dropped or renamed?); retry the table \
+                     once it is back, or delete the registration"
+                ),
+                snapshot: None,
+            },
             _ => SyncError::Transient(e.to_string()),
         }
     }

@@ -427,3 +427,47 @@ async fn missing_change_data_is_named_and_recovers_when_restored() {
     assert_eq!(second["events"][0]["after"]["id"], 2, "{second}");
     node.shutdown().await;
 }
+
+/// A followed table dropped from its catalog stops in `error` with a message naming it,
+/// instead of being polled in vain; a retry once it is back follows it again.
+#[tokio::test]
+async fn a_table_dropped_from_its_catalog_stops_the_registration() {
+    use iceberg::TableIdent;
+    let RegisteredOrders {
+        wh,
+        table,
+        node,
+        store: _store,
+        id,
+    } = registered_orders(1..=2).await;
+    let ident = TableIdent::from_strs(["shop", "orders"]).unwrap();
+    // Dropped from the catalog only: its files stay, as they would under a rename.
+    wh.catalog.drop_table(&ident).await.unwrap();
+    let view = node.wait_for_state(&id, "error").await;
+    let error = view["last_error"].as_str().unwrap();
+    assert!(
+        error.starts_with("iceberg_table_not_found: ") && error.contains("shop.orders"),
+        "{error}"
+    );
+    assert_eq!(
+        view["checkpoint"]["snapshot_id"],
+        crate::support::id_json(head(&table))
+    );
+
+    let created = wh.create("shop.orders", orders_schema(), None).await;
+    wh.append(&created, &[orders(3..=3)]).await;
+    let (status, _) = node
+        .post(&format!("/v1/tables/{id}/retry"), &json!({}))
+        .await;
+    assert_eq!(status, 200);
+    // The new table's history does not descend from the checkpoint: named, not skipped.
+    let view = node.wait_for_state(&id, "error").await;
+    assert!(
+        !view["last_error"]
+            .as_str()
+            .unwrap()
+            .starts_with("iceberg_table_not_found"),
+        "{view}"
+    );
+    node.shutdown().await;
+}

@@ -52,6 +52,18 @@ enum Ended {
     GivenUp,
 }
 
+/// Why a claimed subscription cannot be pushed.
+#[derive(Debug, thiserror::Error)]
+enum PrepareError {
+    /// The database failed, or the subscription is gone: not the subscription's fault.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Its stored target cannot be used (a host no longer allowed): the subscription
+    /// fails until an operator changes it or the settings.
+    #[error("{0}")]
+    Target(String),
+}
+
 /// Claims push subscriptions on a timer and runs one [`Pusher`] per claimed subscription.
 #[derive(Clone)]
 pub struct PushWorker {
@@ -150,10 +162,20 @@ impl PushWorker {
                     tracing::info!(subscription = %pusher.name, epoch = lease.epoch, "pushing subscription");
                     claimed.push(pusher);
                 }
-                Err(reason) => {
+                Err(PrepareError::Target(reason)) => {
                     tracing::warn!(subscription = %id, %reason, "cannot push subscription");
                     self.store().push_failed(&lease, id, &reason).await?;
                     self.store().release_lease(&lease).await?;
+                }
+                // Deleted meanwhile, or the database failed: nothing to record; this or
+                // another node claims it again later if it is still there.
+                Err(PrepareError::Store(e)) => {
+                    if !matches!(e, StoreError::NotFound) {
+                        tracing::warn!(subscription = %id, error = %e, "loading a push subscription failed; retrying at the next claim");
+                    }
+                    if let Err(e) = self.store().release_lease(&lease).await {
+                        tracing::debug!(subscription = %id, error = %e, "releasing the lease failed; it expires");
+                    }
                 }
             }
         }
@@ -189,27 +211,17 @@ impl PushWorker {
     }
 
     /// Loads what pushing a subscription needs.
-    async fn prepare(&self, id: Uuid, lease: Lease) -> Result<Pusher, String> {
+    async fn prepare(&self, id: Uuid, lease: Lease) -> Result<Pusher, PrepareError> {
         let store = self.store();
-        let subscription = store
-            .find_subscription(&id.to_string())
-            .await
-            .map_err(|e| e.to_string())?;
-        let record = store.push_record(id).await.map_err(|e| e.to_string())?;
-        let target = PushTarget::from_json(&record.target).map_err(|e| e.to_string())?;
-        let client = OpenSearchClient::new(&target, &self.hosts).map_err(|e| e.to_string())?;
+        let subscription = store.find_subscription(&id.to_string()).await?;
+        let record = store.push_record(id).await?;
+        let target = PushTarget::from_json(&record.target)
+            .map_err(|e| PrepareError::Target(e.to_string()))?;
+        let client = OpenSearchClient::new(&target, &self.hosts)
+            .map_err(|e| PrepareError::Target(e.to_string()))?;
         let mut tables = Vec::new();
-        for slot in store
-            .subscribed_tables(id)
-            .await
-            .map_err(|e| e.to_string())?
-        {
-            tables.push(
-                store
-                    .get_table(slot.table_id)
-                    .await
-                    .map_err(|e| e.to_string())?,
-            );
+        for slot in store.subscribed_tables(id).await? {
+            tables.push(store.get_table(slot.table_id).await?);
         }
         Ok(Pusher {
             reader: Arc::new(BatchReader {
