@@ -27,6 +27,23 @@ pub struct TaskStatus {
     pub error: Option<String>,
 }
 
+/// Where the tasks of one kind of a snapshot stand.
+#[derive(Debug)]
+pub struct TaskProgress {
+    pub planned: i64,
+    pub done: i64,
+    pub failed: Option<TaskFailure>,
+}
+
+/// Why a task failed for good.
+#[derive(Debug)]
+pub struct TaskFailure {
+    pub error: String,
+    /// The data is wrong, or the task kept killing its workers: retrying the snapshot
+    /// will not help. Otherwise its attempts ran out on passing failures.
+    pub permanent: bool,
+}
+
 impl Store {
     /// Creates tasks unless they exist (same ids: planning again is a no-op).
     pub async fn create_tasks(
@@ -61,7 +78,7 @@ impl Store {
         max_attempts: i32,
     ) -> Result<Option<ClaimedTask>, StoreError> {
         sqlx::query(
-            "UPDATE tasks SET state = 'failed', \
+            "UPDATE tasks SET state = 'failed', permanent = true, \
                error = coalesce(error, 'its worker stopped answering ' || attempts || ' times') \
              WHERE state = 'running' AND expires_at <= now() AND attempts >= $1",
         )
@@ -72,7 +89,8 @@ impl Store {
             "UPDATE tasks t SET state = 'running', owner = $1, epoch = t.epoch + 1, \
                attempts = t.attempts + 1, expires_at = now() + make_interval(secs => $2) \
              WHERE t.id = (SELECT id FROM tasks \
-                            WHERE state = 'pending' OR (state = 'running' AND expires_at <= now()) \
+                            WHERE (state = 'pending' AND (not_before IS NULL OR not_before <= now())) \
+                               OR (state = 'running' AND expires_at <= now()) \
                             ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
              RETURNING t.id, t.table_id, t.snapshot_id, t.kind, t.payload, t.attempts, \
                        t.owner, t.epoch",
@@ -131,9 +149,11 @@ impl Store {
         permanent: bool,
         max_attempts: i32,
     ) -> Result<(), StoreError> {
+        // Attempt n waits 2^(n-1) seconds (at most a minute) before the next one.
         sqlx::query(
-            "UPDATE tasks SET error = $4, expires_at = NULL, \
-               state = CASE WHEN $5 OR attempts >= $6 THEN 'failed' ELSE 'pending' END \
+            "UPDATE tasks SET error = $4, expires_at = NULL, permanent = $5, \
+               state = CASE WHEN $5 OR attempts >= $6 THEN 'failed' ELSE 'pending' END, \
+               not_before = now() + make_interval(secs => least(60, 2 ^ (attempts - 1))) \
              WHERE id = $1 AND owner = $2 AND epoch = $3 AND state = 'running'",
         )
         .bind(&task.id)
@@ -147,24 +167,34 @@ impl Store {
         Ok(())
     }
 
-    /// How many tasks of one kind of a snapshot there are and are done, and the error of
+    /// How many tasks of one kind of a snapshot there are and are done, and the failure of
     /// a failed one: cheap enough to ask every few milliseconds.
     pub async fn task_progress(
         &self,
         table: TableId,
         snapshot_id: i64,
         kind: &str,
-    ) -> Result<(i64, i64, Option<String>), StoreError> {
-        Ok(sqlx::query_as(
-            "SELECT count(*), count(*) FILTER (WHERE state = 'done'), \
-                    min(coalesce(error, 'failed')) FILTER (WHERE state = 'failed') \
-               FROM tasks WHERE table_id = $1 AND snapshot_id = $2 AND kind = $3",
-        )
-        .bind(table)
-        .bind(snapshot_id)
-        .bind(kind)
-        .fetch_one(&self.pool)
-        .await?)
+    ) -> Result<TaskProgress, StoreError> {
+        let (planned, done, error, permanent): (i64, i64, Option<String>, Option<bool>) =
+            sqlx::query_as(
+                "SELECT count(*), count(*) FILTER (WHERE state = 'done'), \
+                        min(coalesce(error, 'failed')) FILTER (WHERE state = 'failed'), \
+                        bool_or(permanent) FILTER (WHERE state = 'failed') \
+                   FROM tasks WHERE table_id = $1 AND snapshot_id = $2 AND kind = $3",
+            )
+            .bind(table)
+            .bind(snapshot_id)
+            .bind(kind)
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(TaskProgress {
+            planned,
+            done,
+            failed: error.map(|error| TaskFailure {
+                error,
+                permanent: permanent.unwrap_or(false),
+            }),
+        })
     }
 
     /// The tasks of one kind of a snapshot, by id.

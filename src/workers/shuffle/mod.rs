@@ -235,11 +235,11 @@ impl Shuffle<'_> {
         kind: &str,
         tasks: &[(String, serde_json::Value)],
     ) -> Result<(), SyncError> {
-        let (planned, _, _) = self
+        let progress = self
             .store
             .task_progress(self.table, self.snapshot_id, kind)
             .await?;
-        if planned == 0 {
+        if progress.planned == 0 {
             self.store
                 .create_tasks(self.table, self.snapshot_id, kind, tasks)
                 .await?;
@@ -252,24 +252,35 @@ impl Shuffle<'_> {
         format!("{}/{}/{kind}/{n:06}", self.table, self.snapshot_id)
     }
 
-    /// Waits until every task of `kind` is done and returns their results in order; a
-    /// failed task stops the table with its error (and is forgotten, so a retry replans).
+    /// Waits until every task of `kind` is done and returns their results in order. A
+    /// failed task's tasks are forgotten, so that the next attempt replans the snapshot:
+    /// one that failed for good stops the table with its error, one whose attempts ran
+    /// out on passing failures (a store refusing writes for a while) is retried with the
+    /// table's backoff.
     async fn wait<T: for<'de> Deserialize<'de>>(&self, kind: &str) -> Result<Vec<T>, SyncError> {
         loop {
-            let (total, done, failed) = self
+            let progress = self
                 .store
                 .task_progress(self.table, self.snapshot_id, kind)
                 .await?;
-            if let Some(error) = failed {
+            if let Some(failure) = progress.failed {
                 self.store
                     .delete_snapshot_tasks(self.table, self.snapshot_id)
                     .await?;
-                return Err(SyncError::Table {
-                    message: format!("cannot publish snapshot {}: {error}", self.snapshot_id),
-                    snapshot: Some(self.snapshot_id),
+                let message = format!(
+                    "cannot publish snapshot {}: {}",
+                    self.snapshot_id, failure.error
+                );
+                return Err(if failure.permanent {
+                    SyncError::Table {
+                        message,
+                        snapshot: Some(self.snapshot_id),
+                    }
+                } else {
+                    SyncError::Transient(message)
                 });
             }
-            if done == total {
+            if progress.done == progress.planned {
                 // Results are read once, when every task is done.
                 let tasks = self
                     .store
