@@ -238,6 +238,12 @@ impl From<FeedError> for ApiError {
                 .with("segment", key)
             }
             FeedError::Store(store) => store.into(),
+            FeedError::Segment(ChangeStoreError::ObjectStore { .. }) => Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "change_store_unavailable",
+                "the node cannot read its change store right now; retry after the time in \
+                 Retry-After",
+            ),
             other => Self::internal(&other),
         }
     }

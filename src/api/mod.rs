@@ -260,8 +260,9 @@ fn declare_unavailable(api: &mut utoipa::openapi::OpenApi) {
         add_response(
             operation,
             "503",
-            "The node cannot reach its database right now (`database_unavailable`), or is \
-             at its limit of requests (`overloaded`); retry after `Retry-After` seconds",
+            "The node cannot reach its database (`database_unavailable`) or change store \
+             (`change_store_unavailable`) right now, or is at its limit of requests \
+             (`overloaded`); retry after `Retry-After` seconds",
         );
         let streams = matches!(
             operation.responses.responses.get("200"),

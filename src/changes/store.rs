@@ -34,9 +34,17 @@ pub enum ChangeStoreError {
     /// The configured location cannot be used.
     #[error("invalid change store location {0:?}: {1}")]
     Location(String, String),
-    /// Reading or writing an object failed.
-    #[error("change store: {0}")]
-    ObjectStore(#[from] object_store::Error),
+    /// Reading or writing an object failed. What the store said (its endpoint, the key,
+    /// its answer) is logged under `error_id` and kept out of the message, which reaches
+    /// clients in tables' `last_error`.
+    #[error(
+        "change_store_unavailable: the change store {kind} (error id {error_id} in the \
+         node's log)"
+    )]
+    ObjectStore {
+        kind: &'static str,
+        error_id: uuid::Uuid,
+    },
     /// Reading a source data file failed.
     #[error("reading source file: {0}")]
     Source(#[from] iceberg::Error),
@@ -53,6 +61,20 @@ pub enum ChangeStoreError {
     /// Decoding Parquet failed.
     #[error("parquet: {0}")]
     Parquet(#[from] parquet::errors::ParquetError),
+}
+
+impl From<object_store::Error> for ChangeStoreError {
+    fn from(e: object_store::Error) -> Self {
+        let error_id = uuid::Uuid::new_v4();
+        tracing::warn!(%error_id, error = %e, "change store operation failed");
+        let kind = match e {
+            object_store::Error::NotFound { .. } => "has no such object",
+            object_store::Error::PermissionDenied { .. } => "refused access",
+            object_store::Error::Unauthenticated { .. } => "refused the credentials",
+            _ => "failed or did not answer",
+        };
+        Self::ObjectStore { kind, error_id }
+    }
 }
 
 /// Handle to the change store; cheap to clone.

@@ -293,6 +293,14 @@ async fn a_read_only_change_store_holds_publishing_back_and_loses_nothing() {
         error.contains(&format!("snapshot {blocked}")) && error.contains("change store"),
         "last_error names the snapshot and the change store: {error}"
     );
+    // By its kind only: the endpoint, the key and the server's answer are in the log.
+    assert!(
+        error.contains("change_store_unavailable: the change store refused access")
+            && !error.contains(&proxy.url)
+            && !error.contains("<?xml")
+            && !error.contains(".parquet"),
+        "{error}"
+    );
     eprintln!(
         "read-only for {:?}; last_error: {error}",
         refused_at.elapsed()
