@@ -46,6 +46,8 @@ pub struct DeadLetter {
     pub error_type: String,
     pub reason: String,
     pub created_at: DateTime<Utc>,
+    /// When a redrive of it was asked for, until the node pushing the subscription sends it.
+    pub queued_at: Option<DateTime<Utc>>,
 }
 
 /// What one settled batch did.
@@ -61,8 +63,8 @@ pub struct PushCommit {
     pub settled: Vec<(String, i64)>,
 }
 
-const DEAD_COLUMNS: &str =
-    "id, position, event, index_name, document_id, version, error_type, reason, created_at";
+const DEAD_COLUMNS: &str = "id, position, event, index_name, document_id, version, error_type, \
+                            reason, created_at, queued_at";
 
 impl Store {
     /// The target and progress of push subscription `id`.
@@ -296,39 +298,60 @@ impl Store {
             .await?)
     }
 
-    /// Dead letters of `id` with these ids.
-    pub async fn dead_letters_by_id(
+    /// Queues dead letters of `id` for a redrive by the node pushing it, and wakes that
+    /// node; how many were queued.
+    pub async fn queue_redrive(&self, id: Uuid, ids: &[i64]) -> Result<u64, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let queued = sqlx::query(
+            "UPDATE dead_letters SET queued_at = coalesce(queued_at, now()) \
+              WHERE subscription_id = $1 AND id = ANY($2)",
+        )
+        .bind(id)
+        .bind(ids)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        super::subscriptions::announce_subscription(&mut *tx, id).await?;
+        tx.commit().await?;
+        Ok(queued)
+    }
+
+    /// The oldest dead letters of `id` queued for a redrive.
+    pub async fn queued_redrives(
         &self,
         id: Uuid,
-        ids: &[i64],
+        limit: i64,
     ) -> Result<Vec<DeadLetter>, StoreError> {
         let sql = format!(
             "SELECT {DEAD_COLUMNS} FROM dead_letters \
-              WHERE subscription_id = $1 AND id = ANY($2) ORDER BY id"
+              WHERE subscription_id = $1 AND queued_at IS NOT NULL ORDER BY id LIMIT $2"
         );
         Ok(sqlx::query_as(&sql)
             .bind(id)
-            .bind(ids)
+            .bind(limit)
             .fetch_all(&self.pool)
             .await?)
     }
 
-    /// After a redrive: forgets the dead letters that went through and records the new
-    /// reasons of those refused again.
+    /// After a redrive, under the subscription's lease: forgets the dead letters that
+    /// went through and records the new reasons of those refused again.
     pub async fn settle_redrive(
         &self,
+        lease: &Lease,
         id: Uuid,
         resolved: &[i64],
         again: &[(i64, String, String)],
     ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
+        fence(&mut tx, lease).await?;
         sqlx::query("DELETE FROM dead_letters WHERE subscription_id = $1 AND id = ANY($2)")
             .bind(id)
             .bind(resolved)
             .execute(&mut *tx)
             .await?;
         sqlx::query(
-            "UPDATE dead_letters d SET error_type = u.t, reason = u.r, created_at = now() \
+            "UPDATE dead_letters d SET error_type = u.t, reason = u.r, created_at = now(), \
+                    queued_at = NULL \
                FROM unnest($2::bigint[], $3::text[], $4::text[]) AS u(i, t, r) \
               WHERE d.subscription_id = $1 AND d.id = u.i",
         )

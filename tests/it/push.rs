@@ -452,6 +452,21 @@ async fn throttling_outages_and_dropped_connections_lose_nothing() {
     node.shutdown().await;
 }
 
+/// The dead letters at `path` once no redrive is queued any more.
+async fn settled(node: &Node, path: &str) -> Value {
+    wait_until(Duration::from_secs(20), || async {
+        let (status, page) = node.get(path).await;
+        assert_eq!(status, 200, "{page}");
+        let queued = page["dead_letters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| !d["queued_at"].is_null());
+        (!queued).then_some(page)
+    })
+    .await
+}
+
 #[tokio::test]
 async fn mapping_conflicts_go_to_the_dead_letters_and_redrive_after_the_fix() {
     let wh = Warehouse::new().await;
@@ -512,31 +527,31 @@ async fn mapping_conflicts_go_to_the_dead_letters_and_redrive_after_the_fix() {
     expected.rows.retain(|id, _| ![3, 7].contains(id));
     assert_index_equals(&documents(&index).await, &expected);
 
-    // Redriving before the fix reports the same failures again.
+    // Redriving before the fix: the pushing node sends them again and they come back
+    // with the same failures, no longer queued.
     let redrive = format!("/v1/subscriptions/{sub}/dead-letters/redrive");
+    let letters = format!("/v1/subscriptions/{sub}/dead-letters");
     let (status, result) = node.post(&redrive, &json!({})).await;
-    assert_eq!(status, 200, "{result}");
-    assert_eq!(
-        (result["sent"].as_u64(), result["resolved"].as_u64()),
-        (Some(2), Some(0))
-    );
-    assert_eq!(result["rejected"].as_array().unwrap().len(), 2);
-    assert_eq!(result["next"], Value::Null);
-    // A page at a time: the letters refused again stay, `next` moves past them.
+    assert_eq!(status, 202, "{result}");
+    assert_eq!(result, json!({"queued": 2, "next": null}));
+    let refused_again = settled(&node, &letters).await;
+    assert_eq!(dead_ids(&refused_again), ["3", "7"]);
+    for letter in refused_again["dead_letters"].as_array().unwrap() {
+        assert_eq!(letter["error_type"], "mapper_parsing_exception", "{letter}");
+    }
+    // A page at a time: `next` moves past the queued ones.
     let (_, first) = node.post(&redrive, &json!({"limit": 1})).await;
-    assert_eq!(first["sent"].as_u64(), Some(1), "{first}");
+    assert_eq!(first["queued"].as_u64(), Some(1), "{first}");
     let (_, second) = node
         .post(&redrive, &json!({"after": first["next"], "limit": 1}))
         .await;
-    assert_eq!(second["sent"].as_u64(), Some(1), "{second}");
-    assert_ne!(first["rejected"][0]["id"], second["rejected"][0]["id"]);
+    assert_eq!(second["queued"].as_u64(), Some(1), "{second}");
+    assert_ne!(first["next"], second["next"]);
     let (_, last) = node
         .post(&redrive, &json!({"after": second["next"], "limit": 1}))
         .await;
-    assert_eq!(
-        (last["sent"].as_u64(), &last["next"]),
-        (Some(0), &Value::Null)
-    );
+    assert_eq!(last, json!({"queued": 0, "next": null}));
+    settled(&node, &letters).await;
     for (body, code) in [
         (json!({"ids": [1], "limit": 5}), "invalid_redrive"),
         (json!({"ids": [1], "after": 5}), "invalid_redrive"),
@@ -563,19 +578,12 @@ async fn mapping_conflicts_go_to_the_dead_letters_and_redrive_after_the_fix() {
         .unwrap();
     // Dead-letter ids are answered as strings and taken back as strings.
     let id3 = letter["id"].as_str().unwrap();
-    let (_, result) = node.post(&redrive, &json!({"ids": [id3]})).await;
-    assert_eq!(
-        (result["sent"].as_u64(), result["resolved"].as_u64()),
-        (Some(1), Some(1))
-    );
+    let (status, result) = node.post(&redrive, &json!({"ids": [id3]})).await;
+    assert_eq!((status, result), (202, json!({"queued": 1, "next": null})));
+    assert_eq!(dead_ids(&settled(&node, &letters).await), ["7"]);
     let (_, result) = node.post(&redrive, &json!({})).await;
-    assert_eq!(
-        (result["sent"].as_u64(), result["resolved"].as_u64()),
-        (Some(1), Some(1))
-    );
-    let (_, page) = node
-        .get(&format!("/v1/subscriptions/{sub}/dead-letters"))
-        .await;
+    assert_eq!(result["queued"].as_u64(), Some(1));
+    let page = settled(&node, &letters).await;
     assert_eq!(page["dead_letters"], json!([]));
     assert_index_equals(&documents(&index).await, &model);
     node.shutdown().await;

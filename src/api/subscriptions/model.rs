@@ -276,6 +276,9 @@ pub struct DeadLetterView {
     pub reason: String,
     /// When it was refused (last).
     pub created_at: DateTime<Utc>,
+    /// When a redrive of it was asked for; absent once it was sent and refused again
+    /// (a dead letter that went through is gone).
+    pub queued_at: Option<DateTime<Utc>>,
 }
 
 /// A page of dead letters.
@@ -305,15 +308,11 @@ pub struct Redrive {
     pub limit: Option<u32>,
 }
 
-/// What a redrive did.
+/// What a redrive queued.
 #[derive(Clone, Debug, Serialize, ToSchema)]
-pub struct RedriveResult {
-    /// Dead letters sent again.
-    pub sent: usize,
-    /// Those that went through (or were superseded by a newer version) and are gone.
-    pub resolved: usize,
-    /// Those refused again, with their new reasons; they stay.
-    pub rejected: Vec<DeadLetterView>,
-    /// Without `ids`: more dead letters follow; pass this as `after` to send them.
+pub struct RedriveQueued {
+    /// Dead letters queued to be sent again (those listed that exist).
+    pub queued: usize,
+    /// Without `ids`: more dead letters follow; pass this as `after` to queue them.
     pub next: Option<Int64>,
 }

@@ -4,12 +4,11 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use serde::Deserialize;
-use tokio_util::sync::CancellationToken;
 use utoipa::IntoParams;
 
 use super::model::{
     CreateSubscription, DeadLetterPage, DeadLetterView, PushState, PushStatus, Redrive,
-    RedriveResult, Rewind, SubscriptionKind, SubscriptionStart, SubscriptionStartName,
+    RedriveQueued, Rewind, SubscriptionKind, SubscriptionStart, SubscriptionStartName,
     SubscriptionView,
 };
 use super::{Loaded, TAG, load, start, view};
@@ -17,11 +16,7 @@ use crate::api::AppState;
 use crate::api::error::{ApiError, Problem};
 use crate::api::extract::{Json, Path, Query};
 use crate::api::limits;
-use crate::delivery::opensearch::{
-    ConfigError, ItemOutcome, OpenSearchClient, OpenSearchTarget, PushTarget, RetryPolicy,
-    SendError,
-};
-use crate::delivery::push::{ItemError, UNRENDERABLE, item_for_event, send_items};
+use crate::delivery::opensearch::{ConfigError, OpenSearchTarget, PushTarget};
 use crate::int64::Int64;
 use crate::network::HostPolicy;
 use crate::store::{DeadLetter, SourceTable, SubscriptionState};
@@ -276,6 +271,7 @@ fn dead_letter_view(d: DeadLetter) -> DeadLetterView {
         error_type: d.error_type,
         reason: d.reason,
         created_at: d.created_at,
+        queued_at: d.queued_at,
     }
 }
 
@@ -315,34 +311,36 @@ pub async fn list_dead_letters(
 
 /// Send dead letters again.
 ///
-/// Rebuilds each listed dead letter's document from its event and sends it with its
-/// original version; without `ids`, a page of them at a time (`after`, `limit`, `next`). Those that go through (or that OpenSearch already has in a newer
-/// version) are removed; those refused again stay, with the new reason.
+/// Queues the listed dead letters (or, without `ids`, a page of them: `after`, `limit`,
+/// `next`) to be sent again, each rebuilt from its event with its original version, by
+/// the node pushing the subscription, between its batches. Those that go through (or
+/// that OpenSearch already has in a newer version) disappear from the dead letters;
+/// those refused again stay with the new reason and without `queued_at`. A paused or
+/// failed subscription sends them once it pushes again.
 #[utoipa::path(
     post, path = "/v1/subscriptions/{id}/dead-letters/redrive", tag = TAG, operation_id = "redriveDeadLetters",
     params(("id" = String, Path, description = "Subscription id or name")),
     request_body = Redrive,
     responses(
-        (status = 200, description = "What became of the dead letters", body = RedriveResult),
+        (status = 202, description = "The dead letters are queued", body = RedriveQueued),
         (status = 400, description = "Malformed body, `ids` together with `after` or `limit` (`invalid_redrive`), or too many ids or a limit out of range", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "A pull subscription", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "The body is larger than `api.max_body_bytes` (`request_body_too_large`)", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "The body is not sent as `application/json` (`unsupported_media_type`)", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The body has unknown fields or wrong types", body = Problem, content_type = "application/problem+json"),
-        (status = 502, description = "OpenSearch refused the requests or kept failing; nothing was removed", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn redrive_dead_letters(
     State(state): State<AppState>,
     Path(id): Path<String>,
     Json(redrive): Json<Redrive>,
-) -> Result<axum::Json<RedriveResult>, ApiError> {
+) -> Result<(StatusCode, axum::Json<RedriveQueued>), ApiError> {
     let loaded = load(&state, &id).await?;
     ensure_push(&loaded)?;
     let sub = loaded.subscription.id;
     let (_, max) = DEAD_LETTER_LIMITS;
-    let (letters, next) = match (&redrive.ids, redrive.after, redrive.limit) {
+    let (ids, next) = match (&redrive.ids, redrive.after, redrive.limit) {
         (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
             return Err(ApiError::bad_request(
                 "invalid_redrive",
@@ -360,10 +358,7 @@ pub async fn redrive_dead_letters(
                     format!("{} ids", ids.len()),
                 ));
             }
-            {
-                let ids: Vec<i64> = ids.iter().map(|&id| id.into()).collect();
-                (state.store.dead_letters_by_id(sub, &ids).await?, None)
-            }
+            (ids.iter().map(|&id| id.into()).collect(), None)
         }
         (None, after, limit) => {
             let limit = checked_limit(limit)?;
@@ -372,72 +367,17 @@ pub async fn redrive_dead_letters(
                 .dead_letters(sub, after.map_or(0, i64::from), limit as i64)
                 .await?;
             let next = page_next(&rows, limit);
-            (rows, next)
+            (rows.iter().map(|d| d.id).collect::<Vec<i64>>(), next)
         }
     };
-    let record = state.store.push_record(sub).await?;
-    let target = PushTarget::from_json(&record.target)
-        .map_err(|e| ApiError::internal(&format!("stored target unreadable: {e}")))?;
-    let client = OpenSearchClient::new(&target, &state.reach.hosts)
-        .map_err(|e| ApiError::bad_request("invalid_target", e.to_string()))?;
-    let mut items = Vec::new();
-    let mut sent = Vec::new();
-    let mut again = Vec::new();
-    for letter in &letters {
-        let line = serde_json::to_vec(&letter.event).expect("JSON values serialize");
-        match item_for_event(&line, &target, &loaded.tables) {
-            Ok(item) => {
-                items.push(item);
-                sent.push(letter);
-            }
-            Err(ItemError::Render(e)) => {
-                again.push((letter, UNRENDERABLE.to_string(), e.to_string()))
-            }
-            Err(e) => return Err(ApiError::internal(&e)),
-        }
-    }
-    let policy = RetryPolicy {
-        initial_delay: state.settings.push.retry_initial,
-        max_delay: state.settings.push.retry_max,
-        max_retries: state.settings.push.max_retries,
-    };
-    let outcomes = send_items(&client, &target, &items, &policy, &CancellationToken::new())
-        .await
-        .map_err(|e| {
-            let code = match e {
-                SendError::Refused(_) => "opensearch_refused",
-                _ => "opensearch_unavailable",
-            };
-            ApiError::new(StatusCode::BAD_GATEWAY, code, e.to_string())
-        })?;
-    let mut resolved = Vec::new();
-    for (letter, outcome) in sent.into_iter().zip(outcomes) {
-        match outcome {
-            ItemOutcome::Applied | ItemOutcome::AlreadyApplied => resolved.push(letter.id),
-            ItemOutcome::Rejected(e) => again.push((letter, e.error_type, e.reason)),
-        }
-    }
-    let updates: Vec<_> = again
-        .iter()
-        .map(|(l, t, r)| (l.id, t.clone(), r.clone()))
-        .collect();
-    state.store.settle_redrive(sub, &resolved, &updates).await?;
-    let rejected = again
-        .into_iter()
-        .map(|(l, error_type, reason)| {
-            dead_letter_view(DeadLetter {
-                error_type,
-                reason,
-                ..l.clone()
-            })
-        })
-        .collect();
-    Ok(axum::Json(RedriveResult {
-        sent: letters.len(),
-        resolved: resolved.len(),
-        rejected,
-        next,
-    }))
+    let queued = state.store.queue_redrive(sub, &ids).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        axum::Json(RedriveQueued {
+            queued: queued as usize,
+            next,
+        }),
+    ))
 }
 
 /// A page size of dead letters: the default when absent, else checked against the maximum.

@@ -4,6 +4,7 @@
 
 mod batch;
 pub mod gauges;
+mod redrive;
 
 use std::collections::{HashMap, HashSet};
 use std::ops::ControlFlow;
@@ -254,10 +255,18 @@ impl PushWorker {
         });
         let table_ids: Vec<_> = pusher.reader.tables.iter().map(|t| t.id).collect();
         let mut lag_reported: Option<Instant> = None;
+        // Announcements wake it for redrives the API queued.
+        let mut announced = self.notifier.announcements();
         let ended = loop {
             // Subscribe before reading: a publish during the batch wakes the wait after it.
             let mut waiter = self.notifier.subscribe_all(table_ids.iter().copied());
-            let step = pusher.run_once(&lost).await;
+            announced.mark_unchanged();
+            // Queued redrives go between batches, a round at a time.
+            let step = match pusher.redrive_queued(&lost).await {
+                Ok(0) => pusher.run_once(&lost).await,
+                Ok(_) => continue,
+                Err(e) => Err(e),
+            };
             let wait = match step {
                 Ok(Step::Pushed { .. }) => {
                     gauges::set_state(pusher.reader.id, &pusher.name, SubscriptionState::Active);
@@ -288,6 +297,7 @@ impl PushWorker {
             };
             tokio::select! {
                 _ = waiter.changed() => {}
+                Ok(()) = announced.changed() => {}
                 _ = lost.cancelled() => break Ended::GivenUp,
                 _ = tokio::time::sleep(wait) => {}
             }
