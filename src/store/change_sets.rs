@@ -160,11 +160,16 @@ impl Store {
         .await?;
 
         // A published snapshot clears the error of the attempts that failed to publish it,
-        // with the checkpoint: no reader sees the new checkpoint beside the old error.
+        // with the checkpoint: no reader sees the new checkpoint beside the old error, nor
+        // a lag when it reached the head the last poll saw.
         sqlx::query(
             "UPDATE source_tables SET last_ordinal = $2, mode = 'follow', \
                checkpoint_snapshot_id = $3, checkpoint_sequence_number = $4, \
-               checkpoint_committed_at = $5, last_error = NULL, updated_at = now() \
+               checkpoint_committed_at = $5, last_error = NULL, updated_at = now(), \
+               snapshots_behind = CASE WHEN head_snapshot_id = $3 THEN 0 \
+                                       ELSE greatest(snapshots_behind - 1, 0) END, \
+               oldest_pending_committed_at = CASE WHEN head_snapshot_id = $3 THEN NULL \
+                                                  ELSE oldest_pending_committed_at END \
              WHERE id = $1",
         )
         .bind(table)

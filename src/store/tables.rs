@@ -339,6 +339,17 @@ impl Store {
             .await?)
     }
 
+    /// Records how far a failing poll found the feed behind, leaving its error and next
+    /// poll to [`postpone_poll`](Self::postpone_poll); fenced by the table lease.
+    pub async fn record_lag(
+        &self,
+        id: TableId,
+        lease: &Lease,
+        outcome: &PollOutcome,
+    ) -> Result<(), StoreError> {
+        self.record_outcome(id, lease, outcome, false).await
+    }
+
     /// Records what a poll saw and schedules the next one; fenced by the table lease.
     pub async fn record_poll(
         &self,
@@ -346,18 +357,34 @@ impl Store {
         lease: &Lease,
         outcome: &PollOutcome,
     ) -> Result<(), StoreError> {
+        self.record_outcome(id, lease, outcome, true).await
+    }
+
+    /// The lag a poll found and, when it `succeeded`, its end: no error, next poll due.
+    async fn record_outcome(
+        &self,
+        id: TableId,
+        lease: &Lease,
+        outcome: &PollOutcome,
+        succeeded: bool,
+    ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         fence(&mut tx, lease).await?;
         sqlx::query(
             "UPDATE source_tables SET head_snapshot_id = $2, snapshots_behind = $3, \
-               oldest_pending_committed_at = $4, last_polled_at = now(), last_error = NULL, \
-               next_poll_at = now() + make_interval(secs => poll_interval_ms / 1000.0) \
+               oldest_pending_committed_at = $4, \
+               last_polled_at = CASE WHEN $5 THEN now() ELSE last_polled_at END, \
+               last_error = CASE WHEN $5 THEN NULL ELSE last_error END, \
+               next_poll_at = CASE WHEN $5 \
+                 THEN now() + make_interval(secs => poll_interval_ms / 1000.0) \
+                 ELSE next_poll_at END \
              WHERE id = $1",
         )
         .bind(id)
         .bind(outcome.head_snapshot_id)
         .bind(outcome.snapshots_behind)
         .bind(outcome.oldest_pending_committed_at)
+        .bind(succeeded)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;

@@ -209,7 +209,7 @@ impl TableSync<'_> {
                 if let SyncError::Transient(_) = e {
                     // Keep the lag figures right even when a publish has to wait.
                     let outcome = outcome(&pending.head, &pending.snapshots[i..]);
-                    let _ = self.store.record_poll(table.id, self.lease, &outcome).await;
+                    let _ = self.store.record_lag(table.id, self.lease, &outcome).await;
                 }
                 return Err(e);
             }

@@ -358,22 +358,7 @@ async fn thirty_seconds_without_the_database_during_appends_and_pulls_lose_and_r
             order_json(event["after"]["id"].as_i64().unwrap())
         );
     }
-    let (status, listing) = node
-        .get(&format!("/v1/tables/{id}/change-sets?limit=1000"))
-        .await;
-    assert_eq!(status, 200, "{listing}");
-    let mut published: Vec<(i64, i64)> = listing["change_sets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| {
-            (
-                id64(&c["ordinal"]).unwrap(),
-                id64(&c["snapshot_id"]).unwrap(),
-            )
-        })
-        .collect();
-    published.reverse();
+    let published = node.change_sets(&id).await;
     let in_order: Vec<(i64, i64)> = (1..).zip(snapshots.iter().copied()).collect();
     assert_eq!(published, in_order, "ordinals follow the commits");
 

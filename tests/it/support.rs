@@ -217,6 +217,27 @@ impl Node {
     }
 
     /// Waits until the table is in `state` and returns it.
+    /// The (ordinal, snapshot) of every published change set of table `id`, oldest first.
+    pub async fn change_sets(&self, id: &str) -> Vec<(i64, i64)> {
+        let (status, listing) = self
+            .get(&format!("/v1/tables/{id}/change-sets?limit=1000"))
+            .await;
+        assert_eq!(status, 200, "{listing}");
+        let mut published: Vec<(i64, i64)> = listing["change_sets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    id64(&c["ordinal"]).unwrap(),
+                    id64(&c["snapshot_id"]).unwrap(),
+                )
+            })
+            .collect();
+        published.reverse();
+        published
+    }
+
     pub async fn wait_for_state(&self, id: &str, state: &str) -> Value {
         wait_until(Duration::from_secs(30), || async {
             let (_, t) = self.get(&format!("/v1/tables/{id}")).await;
