@@ -50,8 +50,6 @@ use icefeed::demo::taxi::TaxiGenerator;
 use icefeed::demo::writer::{self, AppendOptions};
 use serde_json::{Value, json};
 
-const DEFAULT_ADMIN_URL: &str = "postgres://icefeed:icefeed@127.0.0.1:5432/icefeed";
-
 /// Arguments after `--` of `cargo bench --bench cow`.
 #[derive(Debug, Parser)]
 #[command(name = "cow", about = "icefeed copy-on-write benchmark")]
@@ -96,11 +94,8 @@ fn main() -> anyhow::Result<()> {
         args.rows > 0 && args.changed > 0,
         "--rows and --changed must be positive"
     );
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let admin_url = std::env::var("ICEFEED_BENCH_DATABASE_URL")
-        .unwrap_or_else(|_| DEFAULT_ADMIN_URL.to_string());
+    let runtime = harness::runtime()?;
+    let admin_url = harness::admin_url();
     runtime.block_on(run(&args, &admin_url))
 }
 

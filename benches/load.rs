@@ -39,7 +39,6 @@ use std::time::Duration;
 
 use clap::Parser;
 
-const DEFAULT_ADMIN_URL: &str = "postgres://icefeed:icefeed@127.0.0.1:5432/icefeed";
 /// Rows per second of decoding the taxi table and encoding it with `arrow-json` on 2
 /// threads, measured on the reference machines (PERFORMANCE.md): the floor of any JSON
 /// rendering of the rows.
@@ -118,9 +117,7 @@ fn main() -> anyhow::Result<()> {
             .unwrap_or((pull_events / args.consumers as u64).max(1)),
         stall: Duration::from_secs(args.stall),
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    let runtime = harness::runtime()?;
 
     // 1. The table.
     let table = runtime.block_on(generate::ensure_table(&dir, args.rows, args.files_rows))?;
@@ -155,8 +152,7 @@ fn main() -> anyhow::Result<()> {
     let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
 
     // 3 and 4. The service.
-    let admin_url = std::env::var("ICEFEED_BENCH_DATABASE_URL")
-        .unwrap_or_else(|_| DEFAULT_ADMIN_URL.to_string());
+    let admin_url = harness::admin_url();
     let outcome = runtime.block_on(service::run(&admin_url, &table, pull_events, &plan))?;
 
     // 5. Results.

@@ -89,8 +89,6 @@ use crate::harness::short;
 use crate::scan::{Decode, Decoded, FLOOR_RUNS, Rewrite, Vector, bare_decode_median, bare_rewrite};
 use crate::scenario::{Feed, check_events};
 
-const DEFAULT_ADMIN_URL: &str = "postgres://icefeed:icefeed@127.0.0.1:5432/icefeed";
-
 /// Arguments after `--` of `cargo bench --bench mor`.
 #[derive(Debug, Parser)]
 #[command(name = "mor", about = "icefeed merge-on-read benchmark")]
@@ -198,11 +196,8 @@ fn main() -> anyhow::Result<()> {
         (1..100).contains(&args.export_deleted),
         "--export-deleted is a percentage (1 to 99)"
     );
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let admin_url = std::env::var("ICEFEED_BENCH_DATABASE_URL")
-        .unwrap_or_else(|_| DEFAULT_ADMIN_URL.to_string());
+    let runtime = harness::runtime()?;
+    let admin_url = harness::admin_url();
     runtime.block_on(run(&args, &admin_url))
 }
 

@@ -37,7 +37,6 @@ use serde_json::Value;
 
 use crate::database::with_node;
 
-const DEFAULT_ADMIN_URL: &str = "postgres://icefeed:icefeed@127.0.0.1:5432/icefeed";
 /// Waiters per client, under `limits.max_waiting_per_client`.
 const WAITERS_PER_CLIENT: usize = 50;
 
@@ -63,11 +62,8 @@ fn main() -> anyhow::Result<()> {
         args.requests > 0 && args.concurrency > 0,
         "--requests and --concurrency must be positive"
     );
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let admin_url = std::env::var("ICEFEED_BENCH_DATABASE_URL")
-        .unwrap_or_else(|_| DEFAULT_ADMIN_URL.to_string());
+    let runtime = harness::runtime()?;
+    let admin_url = harness::admin_url();
     runtime.block_on(run(&args, &admin_url))
 }
 

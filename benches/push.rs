@@ -58,7 +58,6 @@ use crate::cdc::{
 };
 use crate::database::with_node;
 
-const DEFAULT_ADMIN_URL: &str = "postgres://icefeed:icefeed@127.0.0.1:5432/icefeed";
 const DEFAULT_OPENSEARCH_URL: &str = "http://127.0.0.1:9200";
 const PAGE_LIMIT: u64 = 10_000;
 /// Events the bare loader makes into bodies at a time (untimed), bounding its memory.
@@ -125,11 +124,8 @@ fn main() -> anyhow::Result<()> {
         args.rows > 0 && args.changed > 0 && args.batch > 0,
         "--rows, --changed and --batch must be positive"
     );
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let admin_url = std::env::var("ICEFEED_BENCH_DATABASE_URL")
-        .unwrap_or_else(|_| DEFAULT_ADMIN_URL.to_string());
+    let runtime = harness::runtime()?;
+    let admin_url = harness::admin_url();
     let opensearch = std::env::var("ICEFEED_BENCH_OPENSEARCH_URL")
         .unwrap_or_else(|_| DEFAULT_OPENSEARCH_URL.to_string());
     let outcomes = runtime.block_on(run(&args, &admin_url, &opensearch))?;

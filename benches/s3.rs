@@ -51,7 +51,6 @@ use crate::cdc::{
 };
 use crate::database::{Database, node_settings};
 
-const DEFAULT_ADMIN_URL: &str = "postgres://icefeed:icefeed@127.0.0.1:5432/icefeed";
 const BUCKET: &str = "warehouse";
 /// A change store's bucket that is not the table's.
 const OTHER_BUCKET: &str = "bench-changes";
@@ -94,11 +93,8 @@ struct Measured {
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     harness::init_logging();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let admin_url = std::env::var("ICEFEED_BENCH_DATABASE_URL")
-        .unwrap_or_else(|_| DEFAULT_ADMIN_URL.to_string());
+    let runtime = harness::runtime()?;
+    let admin_url = harness::admin_url();
     let endpoint =
         std::env::var("ICEFEED_BENCH_S3_URL").unwrap_or_else(|_| "http://127.0.0.1:8333".into());
     runtime.block_on(run(&args, &admin_url, &endpoint))

@@ -1,6 +1,20 @@
 //! What the benchmark binaries share besides data: logging on request, and reading the
 //! headers of a page answer.
 
+/// The PostgreSQL server benchmarks create their databases on: `ICEFEED_BENCH_DATABASE_URL`,
+/// else the one `scripts/postgres.sh` sets up.
+pub fn admin_url() -> String {
+    std::env::var("ICEFEED_BENCH_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://icefeed:icefeed@127.0.0.1:5432/icefeed".to_string())
+}
+
+/// A multi-threaded runtime, as a node has.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+}
+
 /// Logs as `icefeed serve` does when `RUST_LOG` is set; benchmarks are quiet otherwise.
 pub fn init_logging() {
     if std::env::var_os("RUST_LOG").is_some() {
