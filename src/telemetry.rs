@@ -91,6 +91,43 @@ fn describe() {
         metrics::Unit::Seconds,
         "Time from a request to the head of its answer, by method, route template and status"
     );
+    describe_counter!(
+        crate::api::admission::SHED,
+        "Requests answered at once because a limits.* limit was reached: `overloaded` (503, \
+         the node's) or `client_limit` (429, one client's streams and long polls)"
+    );
+    describe_gauge!(
+        crate::api::admission::WAITING,
+        "Event streams and waiting long polls open on this node"
+    );
+    describe_counter!(
+        "icefeed_task_failures_total",
+        "Shuffle task attempts that failed, by kind (map, reduce)"
+    );
+    describe_histogram!(
+        "icefeed_task_duration_seconds",
+        metrics::Unit::Seconds,
+        "Time a shuffle task attempt ran, by kind"
+    );
+    for (name, what) in [
+        ("icefeed_push_documents_indexed_total", "indexed"),
+        ("icefeed_push_documents_deleted_total", "deleted"),
+        (
+            "icefeed_push_documents_skipped_total",
+            "skipped as older than the index's",
+        ),
+        (
+            "icefeed_push_documents_rejected_total",
+            "refused and kept as dead letters",
+        ),
+    ] {
+        describe_counter!(name, format!("Documents a push subscription {what}"));
+    }
+    describe_counter!(
+        "icefeed_delete_anomalies_total",
+        "Positions of position deletes at or past their data file's row count (they delete \
+         nothing)"
+    );
     describe_gauge!(
         "icefeed_table_snapshots_behind",
         "Snapshots committed but not yet published"

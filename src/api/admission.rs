@@ -26,6 +26,11 @@ use super::AppState;
 use super::error::ApiError;
 use crate::config::LimitSettings;
 
+/// Requests answered `503 overloaded` or `429`, by `reason`.
+pub const SHED: &str = "icefeed_http_requests_shed_total";
+/// Event streams and long polls open on the node.
+pub const WAITING: &str = "icefeed_http_waiting_requests";
+
 /// The admission state of one node.
 pub struct Admission {
     limits: LimitSettings,
@@ -63,8 +68,7 @@ impl Admission {
         let mut waiting = self.waiting.lock().expect("admission lock");
         let open = waiting.by_client.get(&client).copied().unwrap_or(0);
         if open >= self.limits.max_waiting_per_client {
-            metrics::counter!("icefeed_http_requests_shed_total", "reason" => "client_limit")
-                .increment(1);
+            metrics::counter!(SHED, "reason" => "client_limit").increment(1);
             return Err(ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "too_many_waiting_requests",
@@ -81,7 +85,7 @@ impl Admission {
         }
         waiting.total += 1;
         *waiting.by_client.entry(client.clone()).or_default() += 1;
-        metrics::gauge!("icefeed_http_waiting_requests").set(waiting.total as f64);
+        metrics::gauge!(WAITING).set(waiting.total as f64);
         Ok(WaitingPlace {
             waiting: self.waiting.clone(),
             client,
@@ -90,7 +94,7 @@ impl Admission {
 }
 
 fn overloaded(what: &str) -> ApiError {
-    metrics::counter!("icefeed_http_requests_shed_total", "reason" => "overloaded").increment(1);
+    metrics::counter!(SHED, "reason" => "overloaded").increment(1);
     ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "overloaded",
@@ -118,7 +122,7 @@ impl Drop for WaitingPlace {
                 waiting.by_client.remove(&self.client);
             }
         }
-        metrics::gauge!("icefeed_http_waiting_requests").set(waiting.total as f64);
+        metrics::gauge!(WAITING).set(waiting.total as f64);
     }
 }
 

@@ -107,6 +107,15 @@ async fn streams_and_long_polls_are_limited_per_client_and_per_node() {
     refused(get_as(&node, "client-c", &stream).await, 503, "overloaded").await;
 
     let metrics = node.get_text("/metrics").await;
+    for described in [
+        "icefeed_http_requests_shed_total",
+        "icefeed_http_waiting_requests",
+    ] {
+        assert!(
+            metrics.contains(&format!("# HELP {described} ")),
+            "{described}"
+        );
+    }
     for reason in ["client_limit", "overloaded"] {
         assert!(
             metrics.contains(&format!(
