@@ -177,7 +177,10 @@ async fn holds_back(
             "{t}"
         );
         assert_eq!(t["change_sets"], published, "{t}");
-        assert!(t["last_error"].is_string(), "the error stays while it lasts: {t}");
+        assert!(
+            t["last_error"].is_string(),
+            "the error stays while it lasts: {t}"
+        );
         followed.check_feed(node, published).await;
         assert_eq!(node.change_sets(&followed.id).await, in_order);
         tokio::time::sleep(Duration::from_millis(300)).await;
