@@ -272,14 +272,4 @@ impl Store {
         .fetch_optional(&self.pool)
         .await?)
     }
-
-    /// Every schema id of a table's change sets.
-    pub async fn table_schema_ids(&self, table: TableId) -> Result<Vec<i32>, StoreError> {
-        Ok(sqlx::query_scalar(
-            "SELECT schema_id FROM table_schemas WHERE table_id = $1 ORDER BY schema_id",
-        )
-        .bind(table)
-        .fetch_all(&self.pool)
-        .await?)
-    }
 }

@@ -110,7 +110,8 @@ impl Store {
         Ok(Self { pool })
     }
 
-    /// Wraps an existing pool.
+    /// Wraps an existing pool (unit tests make their own).
+    #[cfg(test)]
     pub fn from_pool(pool: PgPool) -> Self {
         Self { pool }
     }

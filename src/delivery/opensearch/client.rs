@@ -43,16 +43,6 @@ pub enum RequestError {
     Response(#[from] ResponseError),
 }
 
-impl RequestError {
-    /// Whether sending the same request again may succeed.
-    pub fn is_retryable(&self) -> bool {
-        match self {
-            RequestError::Status(e) => is_retryable_status(e.status),
-            RequestError::Connection(_) | RequestError::Response(_) => true,
-        }
-    }
-}
-
 /// Why a batch was not settled. The batch may be sent again as a whole: items already
 /// written come back as already applied.
 #[derive(Debug, thiserror::Error)]
