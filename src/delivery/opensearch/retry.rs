@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use super::client::{RequestError, SendError};
 use super::response::is_retryable_status;
 
-/// How failed requests are retried.
+/// How failed requests are retried; its values come from the `push.*` settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RetryPolicy {
     /// Longest wait before the first retry.
@@ -19,16 +19,6 @@ pub struct RetryPolicy {
     pub max_delay: Duration,
     /// Retries after the first attempt before giving up.
     pub max_retries: u32,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        Self {
-            initial_delay: Duration::from_millis(100),
-            max_delay: Duration::from_secs(30),
-            max_retries: 10,
-        }
-    }
 }
 
 impl RetryPolicy {
