@@ -2,7 +2,7 @@
 //! `metadata/vN.metadata.json` (or the one `version-hint.text` names) is current, or a
 //! single metadata file. Either may be local or on an object store. A local warehouse is
 //! probed on tokio's blocking pool, and its files are read only when they are regular
-//! files (see [`super::storage::LocalFileStorage`]).
+//! files (see [`super::local_file::LocalFileStorage`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -12,7 +12,8 @@ use iceberg::TableIdent;
 use iceberg::io::{FileIO, FileIOBuilder};
 use iceberg::table::{StaticTable, Table};
 
-use super::storage::{is_local, read_regular};
+use super::local_file::read_regular;
+use super::storage::is_local;
 use super::{CatalogError, LocalPaths, StorageFault, TableStorageFactory, display_ident};
 
 /// The most a `version-hint.text` may hold (it holds a version number).

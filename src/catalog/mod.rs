@@ -2,6 +2,7 @@
 //! shown without secrets, and loading a table's current metadata.
 
 mod filesystem;
+mod local_file;
 mod reach;
 mod redact;
 mod storage;
@@ -533,7 +534,7 @@ async fn check_sqlite_file(uri: &str, local: &LocalPaths) -> Result<(), CatalogE
     let (path, local) = (std::path::PathBuf::from(&file), local.clone());
     // A missing file is the caller's mistake (404 from the storage), not an unreachable
     // catalog; SQLite would only say it cannot open it.
-    storage::blocking(move || {
+    local_file::blocking(move || {
         local.check(&path)?;
         std::fs::metadata(&path).map(|_| ()).map_err(|e| {
             iceberg::Error::new(iceberg::ErrorKind::DataInvalid, e.to_string()).with_source(e)

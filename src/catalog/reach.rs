@@ -117,7 +117,7 @@ impl Reach {
             }
             if value.starts_with('/') {
                 let (local, dir) = (self.local.clone(), std::path::PathBuf::from(value.as_ref()));
-                super::storage::blocking(move || local.check(&dir))
+                super::local_file::blocking(move || local.check(&dir))
                     .await
                     .map_err(|e| CatalogError::reading(&value, e))?;
             } else {
