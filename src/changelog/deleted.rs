@@ -29,11 +29,60 @@ use crate::changes::{ChangeStoreError, ReadSchema};
 const FILE_PATH_ID: i32 = 2_147_483_546;
 const POS_ID: i32 = 2_147_483_545;
 
-/// Decoded delete files, shared by the reads of one task.
+/// How much decoded delete data one [`DeleteCache`] keeps (an estimate in bytes).
+const CACHE_BYTES: usize = 256 << 20;
+
+/// Decoded delete files, shared by the reads of one task or export: what the next data
+/// files likely need, up to [`CACHE_BYTES`] — not everything it ever decoded.
 #[derive(Clone, Default)]
 pub struct DeleteCache {
-    positions: Arc<Mutex<HashMap<String, Arc<PositionsByFile>>>>,
-    equality: Arc<Mutex<HashMap<Vec<String>, Arc<KeySet>>>>,
+    positions: Arc<Mutex<Bounded<String, PositionsByFile>>>,
+    equality: Arc<Mutex<Bounded<Vec<String>, KeySet>>>,
+}
+
+/// Entries up to a byte budget, emptied when a new one would pass it (delete files are
+/// mostly read in the order of the data files they apply to, so recency is all there
+/// is to keep); one larger than the whole budget is not kept at all.
+struct Bounded<K, V> {
+    entries: HashMap<K, Arc<V>>,
+    bytes: usize,
+    budget: usize,
+}
+
+impl<K: std::hash::Hash + Eq, V> Default for Bounded<K, V> {
+    fn default() -> Self {
+        Self::new(CACHE_BYTES)
+    }
+}
+
+impl<K: std::hash::Hash + Eq, V> Bounded<K, V> {
+    fn new(budget: usize) -> Self {
+        Self {
+            entries: HashMap::new(),
+            bytes: 0,
+            budget,
+        }
+    }
+
+    fn get<Q>(&self, key: &Q) -> Option<Arc<V>>
+    where
+        K: std::borrow::Borrow<Q>,
+        Q: std::hash::Hash + Eq + ?Sized,
+    {
+        self.entries.get(key).cloned()
+    }
+
+    fn insert(&mut self, key: K, value: Arc<V>, bytes: usize) {
+        if bytes > self.budget {
+            return;
+        }
+        if self.bytes + bytes > self.budget {
+            self.entries.clear();
+            self.bytes = 0;
+        }
+        self.bytes += bytes;
+        self.entries.insert(key, value);
+    }
 }
 
 /// A position delete file's positions, by the data file they are in.
@@ -142,11 +191,15 @@ impl DeleteCache {
                     .insert(positions.value(i) as u64);
             }
         }
+        let bytes = by_file
+            .iter()
+            .map(|(file, positions)| file.len() + positions.serialized_size())
+            .sum();
         let by_file = Arc::new(by_file);
         self.positions
             .lock()
             .expect("cache")
-            .insert(path.to_string(), by_file.clone());
+            .insert(path.to_string(), by_file.clone(), bytes);
         Ok(by_file)
     }
 
@@ -190,11 +243,13 @@ impl DeleteCache {
             let rows = converter.convert_columns(&casts(columns, &types)?)?;
             keys.extend(rows.iter().map(|r| r.owned()));
         }
+        // A row's bytes and its set entry.
+        let bytes = keys.iter().map(|k| k.as_ref().len() + 48).sum();
         let set = Arc::new(KeySet { types, keys });
         self.equality
             .lock()
             .expect("cache")
-            .insert(cache_key, set.clone());
+            .insert(cache_key, set.clone(), bytes);
         Ok(set)
     }
 }
@@ -305,4 +360,26 @@ async fn read_fields(
             (b.num_rows(), columns)
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_keeps_recent_entries_within_its_budget() {
+        let mut cache: Bounded<String, u32> = Bounded::new(100);
+        cache.insert("a".into(), Arc::new(1), 40);
+        cache.insert("b".into(), Arc::new(2), 40);
+        assert_eq!(cache.get("a").as_deref(), Some(&1));
+        // Passing the budget empties it before the new entry goes in.
+        cache.insert("c".into(), Arc::new(3), 40);
+        assert_eq!((cache.get("a"), cache.get("b")), (None, None));
+        assert_eq!(cache.get("c").as_deref(), Some(&3));
+        assert_eq!(cache.bytes, 40);
+        // One entry larger than the budget is used once and not kept.
+        cache.insert("huge".into(), Arc::new(4), 101);
+        assert_eq!(cache.get("huge"), None);
+        assert_eq!(cache.get("c").as_deref(), Some(&3));
+    }
 }
