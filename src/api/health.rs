@@ -25,12 +25,13 @@ pub async fn healthz() -> axum::Json<Health> {
     axum::Json(Health { status: "ok" })
 }
 
-/// Readiness: the database answers, every migration is applied, and every background
-/// service (scheduler, task workers, pusher, janitor, change notifier) runs.
+/// Readiness: the database answers, every migration is applied, every background
+/// service (scheduler, task workers, pusher, janitor, change notifier) runs, and the
+/// change store answers within 2 s.
 #[utoipa::path(get, path = "/readyz", tag = TAG, operation_id = "readyz",
     responses(
         (status = 200, description = "Ready", body = Health),
-        (status = 503, description = "Database unreachable (`database_unavailable`), migrations missing (`migrations_pending`), or a background service down and about to be started again (`service_down`)", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Database unreachable (`database_unavailable`), migrations missing (`migrations_pending`), a background service down and about to be started again (`service_down`), or the change store unreachable (`change_store_unavailable`)", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Health>, ApiError> {
     if let Some((service, why)) = state.services.down().into_iter().next() {
@@ -41,15 +42,29 @@ pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Health>,
         ));
     }
     match state.store.ready().await {
-        Ok(true) => Ok(axum::Json(Health { status: "ok" })),
-        Ok(false) => Err(ApiError::new(
+        Ok(true) => {}
+        Ok(false) => {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "migrations_pending",
+                "the database schema is behind this binary; run `icefeed migrate`",
+            ));
+        }
+        Err(e) => return Err(ApiError::database_unavailable(&e)),
+    }
+    // The change store's own retries can take long: a probe that is slow fails.
+    match tokio::time::timeout(CHANGE_STORE_PROBE, state.changes.probe()).await {
+        Ok(Ok(())) => Ok(axum::Json(Health { status: "ok" })),
+        Ok(Err(_)) | Err(_) => Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "migrations_pending",
-            "the database schema is behind this binary; run `icefeed migrate`",
+            "change_store_unavailable",
+            "the node cannot reach its change store right now (its log says why)",
         )),
-        Err(e) => Err(ApiError::database_unavailable(&e)),
     }
 }
+
+/// How long readiness waits for the change store to answer.
+const CHANGE_STORE_PROBE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Metrics in the Prometheus text format.
 #[utoipa::path(get, path = "/metrics", tag = TAG, operation_id = "metrics",

@@ -77,6 +77,9 @@ impl From<object_store::Error> for ChangeStoreError {
     }
 }
 
+/// The key readiness probes look for; it need not exist.
+pub const PROBE_KEY: &str = "icefeed-readiness-probe";
+
 /// Handle to the change store; cheap to clone.
 #[derive(Clone, Debug)]
 pub struct ChangeStore {
@@ -345,6 +348,14 @@ impl ChangeStore {
     /// Deletes one object.
     pub async fn delete(&self, key: &str) -> Result<(), ChangeStoreError> {
         Ok(self.objects.delete(&self.full(key)).await?)
+    }
+
+    /// Whether the store answers, for readiness: a HEAD of a key that need not exist.
+    pub async fn probe(&self) -> Result<(), ChangeStoreError> {
+        match self.objects.head(&self.full(PROBE_KEY)).await {
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Deletes every object below `prefix`; returns how many.

@@ -462,3 +462,21 @@ async fn a_rewrite_while_the_change_store_is_read_only_waits_and_publishes_once_
     }
     node.shutdown().await;
 }
+
+/// Readiness asks the change store too: while it refuses the node, `/readyz` answers
+/// `503 change_store_unavailable`, and ready again once it answers.
+#[tokio::test]
+async fn readiness_fails_while_the_change_store_refuses_the_node() {
+    let (node, proxy, _prefix) = node_behind_proxy().await;
+    assert_eq!(node.get("/readyz").await.0, 200);
+    proxy.script(icefeed::changes::store::PROBE_KEY, [Fault::Status(403)]);
+    let (status, problem) = node.get("/readyz").await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (503, Some("change_store_unavailable")),
+        "{problem}"
+    );
+    assert_eq!(proxy.pending(), 0, "the probe went to the store");
+    assert_eq!(node.get("/readyz").await.0, 200);
+    node.shutdown().await;
+}
