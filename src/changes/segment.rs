@@ -151,19 +151,19 @@ impl SegmentReader {
     ) -> Result<Vec<RecordBatch>, ChangeStoreError> {
         match self.read_rows(segment, schema, offset, count).await {
             // Parquet wraps the store's errors in its own: ask the store what happened.
-            Err(_) if self.is_missing(segment.key).await => {
-                Err(ChangeStoreError::Missing(segment.key.into()))
+            Err(e) => {
+                let (objects, path) = self.store.object(segment.key);
+                Err(match objects.head(&path).await {
+                    Err(object_store::Error::NotFound { .. }) => {
+                        ChangeStoreError::Missing(segment.key.into())
+                    }
+                    // The store itself fails (unreachable, refusing): not this segment.
+                    Err(store) => store.into(),
+                    Ok(_) => e,
+                })
             }
             read => read,
         }
-    }
-
-    async fn is_missing(&self, key: &str) -> bool {
-        let (objects, path) = self.store.object(key);
-        matches!(
-            objects.head(&path).await,
-            Err(object_store::Error::NotFound { .. })
-        )
     }
 
     async fn read_rows(

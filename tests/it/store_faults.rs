@@ -463,11 +463,13 @@ async fn a_rewrite_while_the_change_store_is_read_only_waits_and_publishes_once_
     node.shutdown().await;
 }
 
-/// Readiness asks the change store too: while it refuses the node, `/readyz` answers
-/// `503 change_store_unavailable`, and ready again once it answers.
+/// Reads and readiness ask the change store: while it refuses the node, a page answers
+/// `503 change_store_unavailable` (not a 500, and not `change_data_missing`) and
+/// `/readyz` does too; both serve again once it answers.
 #[tokio::test]
-async fn readiness_fails_while_the_change_store_refuses_the_node() {
+async fn reads_and_readiness_answer_503_while_the_change_store_refuses_the_node() {
     let (node, proxy, _prefix) = node_behind_proxy().await;
+    let followed = Followed::register(&node).await;
     assert_eq!(node.get("/readyz").await.0, 200);
     proxy.script(icefeed::changes::store::PROBE_KEY, [Fault::Status(403)]);
     let (status, problem) = node.get("/readyz").await;
@@ -478,5 +480,17 @@ async fn readiness_fails_while_the_change_store_refuses_the_node() {
     );
     assert_eq!(proxy.pending(), 0, "the probe went to the store");
     assert_eq!(node.get("/readyz").await.0, 200);
+
+    let page = format!("/v1/tables/{}/changes", followed.id);
+    proxy.script(".parquet", [Fault::Status(403); 20]);
+    let answer = node.http.get(node.url(&page)).send().await.unwrap();
+    assert_eq!(answer.status(), 503);
+    assert!(answer.headers().contains_key("retry-after"));
+    let problem: Value = answer.json().await.unwrap();
+    assert_eq!(problem["code"], "change_store_unavailable", "{problem}");
+    proxy.script(".parquet", []);
+    let (status, events) = node.get(&page).await;
+    assert_eq!(status, 200, "{events}");
+    assert_eq!(events["events"].as_array().unwrap().len(), 3);
     node.shutdown().await;
 }
