@@ -88,8 +88,8 @@ async fn answer(node: &Node, path: &str) -> (u16, Option<String>, serde_json::Va
     )
 }
 
-#[tokio::test]
-async fn an_unreachable_database_answers_503_and_the_node_recovers_by_itself() {
+/// A fresh database and its URL through a [`TcpProxy`].
+async fn database_behind_proxy() -> (url::Url, TcpProxy) {
     let database = fresh_database().await;
     let mut url = url::Url::parse(&database).unwrap();
     let upstream = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap_or(5432));
@@ -97,6 +97,12 @@ async fn an_unreachable_database_answers_503_and_the_node_recovers_by_itself() {
     let (host, port) = proxy.address.split_once(':').unwrap();
     url.set_host(Some(host)).unwrap();
     url.set_port(Some(port.parse().unwrap())).unwrap();
+    (url, proxy)
+}
+
+#[tokio::test]
+async fn an_unreachable_database_answers_503_and_the_node_recovers_by_itself() {
+    let (url, proxy) = database_behind_proxy().await;
     let store = tempfile::tempdir().unwrap();
     let mut settings = test_settings(url.as_str(), store.path());
     settings.database.acquire_timeout = Duration::from_secs(2);
@@ -182,13 +188,7 @@ const OUTAGE_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(2);
 /// and acks again.
 #[tokio::test]
 async fn thirty_seconds_without_the_database_during_appends_and_pulls_lose_and_repeat_nothing() {
-    let database = fresh_database().await;
-    let mut url = url::Url::parse(&database).unwrap();
-    let upstream = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap_or(5432));
-    let proxy = TcpProxy::start(upstream).await;
-    let (host, port) = proxy.address.split_once(':').unwrap();
-    url.set_host(Some(host)).unwrap();
-    url.set_port(Some(port.parse().unwrap())).unwrap();
+    let (url, proxy) = database_behind_proxy().await;
     let store = tempfile::tempdir().unwrap();
     let mut settings = test_settings(url.as_str(), store.path());
     settings.database.acquire_timeout = OUTAGE_ACQUIRE_TIMEOUT;
