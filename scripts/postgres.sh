@@ -92,7 +92,9 @@ if [[ $status != online* ]]; then
     # zombie whose pid is in the socket lock file) can block a start briefly.
     for attempt in 1 2 3 4 5 6; do
         rc=0
-        as_root setsid --wait pg_ctlcluster "$ver" "$name" start >&2 || rc=$?
+        # A server that was killed replays its WAL (and fsyncs every file) first:
+        # on a large data directory that takes minutes, longer than pg_ctl's 60 s.
+        as_root setsid --wait pg_ctlcluster "$ver" "$name" start -- -t 600 >&2 || rc=$?
         # 2 = "Cluster is already running."
         [[ $rc -eq 0 || $rc -eq 2 || $attempt -eq 6 ]] && break
         log "start attempt $attempt failed (exit $rc); retrying"
@@ -105,8 +107,16 @@ if [[ $status != online* ]]; then
     fi
 fi
 
-for _ in $(seq 1 60); do
-    pg_isready -q -h 127.0.0.1 -p "$PORT" && break
+# pg_isready: 0 accepting, 1 rejecting (still starting or recovering), 2 no answer.
+# A server in crash recovery is waited for (up to 10 minutes); one that does not
+# answer at all for 30 s is not coming.
+silent=0
+for _ in $(seq 1 1200); do
+    rc=0
+    pg_isready -q -h 127.0.0.1 -p "$PORT" || rc=$?
+    [[ $rc -eq 0 ]] && break
+    if [[ $rc -eq 2 ]]; then silent=$((silent + 1)); else silent=0; fi
+    [[ $silent -ge 60 ]] && break
     sleep 0.5
 done
 pg_isready -q -h 127.0.0.1 -p "$PORT" \
