@@ -9,6 +9,7 @@ pub mod cli;
 pub mod config;
 pub mod delivery;
 pub mod demo;
+pub mod failure;
 pub mod int64;
 pub mod network;
 pub mod secret;

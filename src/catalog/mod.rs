@@ -21,6 +21,8 @@ use iceberg_catalog_sql::SqlCatalogBuilder;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use crate::failure::{Failure, FailureCode};
+
 pub use reach::Reach;
 pub use redact::{REDACTED, redact};
 pub use storage::{LocalPaths, StorageFault, TableStorageFactory, describe as storage_cause};
@@ -32,7 +34,7 @@ pub const CATALOG_TYPES: &[&str] = &["sql", "rest", "filesystem", "glue", "hive"
 const SQL_URI_PREFIXES: [&str; 3] = ["sqlite:", "postgres://", "postgresql://"];
 
 /// The problem code of settings whose type `catalog.allowed_types` does not list.
-pub const CATALOG_TYPE_NOT_ALLOWED: &str = "catalog_type_not_allowed";
+pub const CATALOG_TYPE_NOT_ALLOWED: &str = FailureCode::CatalogTypeNotAllowed.as_str();
 
 /// How to reach the catalog that holds a table.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
@@ -186,6 +188,28 @@ pub enum CatalogError {
 }
 
 impl CatalogError {
+    /// What this is to background work on the table: its kind, and a message that names
+    /// it. Whether waiting helps is the caller's call (a task retries what a sync stops).
+    pub fn failure(&self) -> Failure {
+        let code = match self {
+            CatalogError::Storage { fault, .. } => fault.failure_code(),
+            CatalogError::Timeout { .. } => FailureCode::CatalogTimeout,
+            CatalogError::HostRefused(_) => FailureCode::HostNotAllowed,
+            CatalogError::TypeNotAllowed { .. } => FailureCode::CatalogTypeNotAllowed,
+            CatalogError::TableNotFound(_) => FailureCode::IcebergTableNotFound,
+            _ => FailureCode::CatalogUnavailable,
+        };
+        let message = match self {
+            CatalogError::TableNotFound(_) => format!(
+                "{code}: {self} (dropped or renamed?); retry the table once it is back, or \
+                 delete the registration"
+            ),
+            _ if code == FailureCode::CatalogUnavailable => self.to_string(),
+            _ => format!("{code}: {self}"),
+        };
+        Failure::new(code, message)
+    }
+
     /// The storage failure of reading `location`, if `e` is one; else `e` as it is.
     pub fn reading(location: &str, e: iceberg::Error) -> Self {
         match StorageFault::of(&e) {

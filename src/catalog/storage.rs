@@ -24,6 +24,7 @@ use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 use serde::{Deserialize, Serialize};
 
 use super::local_file::{LocalFileStorage, LocalRefusal};
+use crate::failure::FailureCode;
 
 /// Builds [`TableStorage`] for every catalog and static table, reading local files only
 /// where its [`LocalPaths`] allow.
@@ -229,17 +230,22 @@ pub enum StorageFault {
 }
 
 impl StorageFault {
+    /// The kind of failure this fault is.
+    pub const fn failure_code(self) -> FailureCode {
+        match self {
+            StorageFault::AccessDenied => FailureCode::StorageAccessDenied,
+            StorageFault::NotFound => FailureCode::StorageNotFound,
+            StorageFault::Invalid => FailureCode::StorageSettingsInvalid,
+            StorageFault::Unreachable => FailureCode::StorageUnreachable,
+            StorageFault::NotAFile => FailureCode::StorageNotAFile,
+            StorageFault::TooLarge => FailureCode::StorageFileTooLarge,
+            StorageFault::NotAllowed => FailureCode::LocalPathNotAllowed,
+        }
+    }
+
     /// The problem code of this fault.
     pub const fn code(self) -> &'static str {
-        match self {
-            StorageFault::AccessDenied => "storage_access_denied",
-            StorageFault::NotFound => "storage_not_found",
-            StorageFault::Invalid => "storage_settings_invalid",
-            StorageFault::Unreachable => "storage_unreachable",
-            StorageFault::NotAFile => "storage_not_a_file",
-            StorageFault::TooLarge => "storage_file_too_large",
-            StorageFault::NotAllowed => "local_path_not_allowed",
-        }
+        self.failure_code().as_str()
     }
 
     /// Classifies an iceberg error by the object-store error beneath it. Errors of the

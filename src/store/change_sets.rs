@@ -165,7 +165,8 @@ impl Store {
         sqlx::query(
             "UPDATE source_tables SET last_ordinal = $2, mode = 'follow', \
                checkpoint_snapshot_id = $3, checkpoint_sequence_number = $4, \
-               checkpoint_committed_at = $5, last_error = NULL, updated_at = now(), \
+               checkpoint_committed_at = $5, last_error = NULL, last_error_code = NULL, \
+               updated_at = now(), \
                snapshots_behind = CASE WHEN head_snapshot_id = $3 THEN 0 \
                                        ELSE greatest(snapshots_behind - 1, 0) END, \
                oldest_pending_committed_at = CASE WHEN head_snapshot_id = $3 THEN NULL \

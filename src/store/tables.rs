@@ -9,6 +9,7 @@ use uuid::Uuid;
 use super::leases::{Lease, fence};
 use super::retention::{Floor, Retention};
 use super::{Store, StoreError};
+use crate::failure::Failure;
 
 /// Id of a registered source table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, sqlx::Type)]
@@ -77,6 +78,8 @@ pub struct SourceTable {
     pub checkpoint_sequence_number: Option<i64>,
     pub checkpoint_committed_at: Option<DateTime<Utc>>,
     pub last_error: Option<String>,
+    /// The kind of `last_error` (a [`FailureCode`] name).
+    pub last_error_code: Option<String>,
     pub error_snapshot_id: Option<i64>,
     pub head_snapshot_id: Option<i64>,
     pub snapshots_behind: i64,
@@ -152,7 +155,7 @@ pub struct PollOutcome {
 
 const COLUMNS: &str = "id, table_name, namespace, name, catalog, branch, identifier_columns, \
     identifier_field_ids, start_position, poll_interval_ms, state, mode, checkpoint_snapshot_id, \
-    checkpoint_sequence_number, checkpoint_committed_at, last_error, error_snapshot_id, \
+    checkpoint_sequence_number, checkpoint_committed_at, last_error, last_error_code, error_snapshot_id, \
     head_snapshot_id, snapshots_behind, oldest_pending_committed_at, last_polled_at, \
     last_ordinal, retention_max_age_ms, retention_max_change_sets, retention_hard_max_age_ms, \
     pruned_through_ordinal, pruned_through_events, created_at, updated_at";
@@ -258,6 +261,7 @@ impl Store {
             "UPDATE source_tables SET \
                state = CASE WHEN $2 IS NULL THEN state WHEN $2 THEN 'paused' ELSE 'active' END, \
                last_error = CASE WHEN $2 = false THEN NULL ELSE last_error END, \
+               last_error_code = CASE WHEN $2 = false THEN NULL ELSE last_error_code END, \
                error_snapshot_id = CASE WHEN $2 = false THEN NULL ELSE error_snapshot_id END, \
                next_poll_at = CASE WHEN $2 = false THEN now() ELSE next_poll_at END, \
                poll_interval_ms = COALESCE($3, poll_interval_ms), \
@@ -375,6 +379,7 @@ impl Store {
                oldest_pending_committed_at = $4, \
                last_polled_at = CASE WHEN $5 THEN now() ELSE last_polled_at END, \
                last_error = CASE WHEN $5 THEN NULL ELSE last_error END, \
+               last_error_code = CASE WHEN $5 THEN NULL ELSE last_error_code END, \
                next_poll_at = CASE WHEN $5 \
                  THEN now() + make_interval(secs => poll_interval_ms / 1000.0) \
                  ELSE next_poll_at END \
@@ -408,19 +413,20 @@ impl Store {
         &self,
         id: TableId,
         lease: &Lease,
-        message: &str,
+        failure: &Failure,
         snapshot_id: Option<i64>,
     ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         fence(&mut tx, lease).await?;
         sqlx::query(
-            "UPDATE source_tables SET state = 'error', last_error = $2, error_snapshot_id = $3, \
-               last_polled_at = now(), updated_at = now() \
+            "UPDATE source_tables SET state = 'error', last_error = $2, last_error_code = $4, \
+               error_snapshot_id = $3, last_polled_at = now(), updated_at = now() \
              WHERE id = $1 AND state = 'active'",
         )
         .bind(id)
-        .bind(message)
+        .bind(&failure.message)
         .bind(snapshot_id)
+        .bind(failure.code.as_str())
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -432,16 +438,18 @@ impl Store {
         &self,
         id: TableId,
         delay_ms: i64,
-        message: &str,
+        failure: &Failure,
     ) -> Result<(), StoreError> {
         sqlx::query(
-            "UPDATE source_tables SET last_error = $3, last_polled_at = now(), \
+            "UPDATE source_tables SET last_error = $3, last_error_code = $4, \
+               last_polled_at = now(), \
                next_poll_at = now() + make_interval(secs => $2 / 1000.0) \
              WHERE id = $1 AND state = 'active'",
         )
         .bind(id)
         .bind(delay_ms as f64)
-        .bind(message)
+        .bind(&failure.message)
+        .bind(failure.code.as_str())
         .execute(&self.pool)
         .await?;
         Ok(())

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::{Store, StoreError, TableId};
+use crate::failure::{Failure, FailureCode};
 
 /// A task this node claimed.
 #[derive(Clone, Debug, sqlx::FromRow)]
@@ -38,7 +39,7 @@ pub struct TaskProgress {
 /// Why a task failed for good.
 #[derive(Debug)]
 pub struct TaskFailure {
-    pub error: String,
+    pub failure: Failure,
     /// The data is wrong, or the task kept killing its workers: retrying the snapshot
     /// will not help. Otherwise its attempts ran out on passing failures.
     pub permanent: bool,
@@ -79,6 +80,7 @@ impl Store {
     ) -> Result<Option<ClaimedTask>, StoreError> {
         sqlx::query(
             "UPDATE tasks SET state = 'failed', permanent = true, \
+               error_code = CASE WHEN error IS NULL THEN 'worker_lost' ELSE error_code END, \
                error = coalesce(error, 'its worker stopped answering ' || attempts || ' times') \
              WHERE state = 'running' AND expires_at <= now() AND attempts >= $1",
         )
@@ -145,13 +147,13 @@ impl Store {
     pub async fn fail_task(
         &self,
         task: &ClaimedTask,
-        error: &str,
+        failure: &Failure,
         permanent: bool,
         max_attempts: i32,
     ) -> Result<(), StoreError> {
         // Attempt n waits 2^(n-1) seconds (at most a minute) before the next one.
         sqlx::query(
-            "UPDATE tasks SET error = $4, expires_at = NULL, permanent = $5, \
+            "UPDATE tasks SET error = $4, error_code = $7, expires_at = NULL, permanent = $5, \
                state = CASE WHEN $5 OR attempts >= $6 THEN 'failed' ELSE 'pending' END, \
                not_before = now() + make_interval(secs => least(60, 2 ^ (attempts - 1))) \
              WHERE id = $1 AND owner = $2 AND epoch = $3 AND state = 'running'",
@@ -159,9 +161,10 @@ impl Store {
         .bind(&task.id)
         .bind(&task.owner)
         .bind(task.epoch)
-        .bind(error)
+        .bind(&failure.message)
         .bind(permanent)
         .bind(max_attempts)
+        .bind(failure.code.as_str())
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -175,23 +178,32 @@ impl Store {
         snapshot_id: i64,
         kind: &str,
     ) -> Result<TaskProgress, StoreError> {
-        let (planned, done, error, permanent): (i64, i64, Option<String>, Option<bool>) =
-            sqlx::query_as(
-                "SELECT count(*), count(*) FILTER (WHERE state = 'done'), \
-                        min(coalesce(error, 'failed')) FILTER (WHERE state = 'failed'), \
-                        bool_or(permanent) FILTER (WHERE state = 'failed') \
-                   FROM tasks WHERE table_id = $1 AND snapshot_id = $2 AND kind = $3",
-            )
-            .bind(table)
-            .bind(snapshot_id)
-            .bind(kind)
-            .fetch_one(&self.pool)
-            .await?;
+        type Progress = (i64, i64, Option<String>, Option<String>, Option<bool>);
+        // One failed task speaks for the snapshot: a permanent one if there is one.
+        let (planned, done, error, code, permanent): Progress = sqlx::query_as(
+            "SELECT count(*), count(*) FILTER (WHERE state = 'done'), \
+                    (array_agg(coalesce(error, 'failed') ORDER BY permanent DESC, id) \
+                       FILTER (WHERE state = 'failed'))[1], \
+                    (array_agg(error_code ORDER BY permanent DESC, id) \
+                       FILTER (WHERE state = 'failed'))[1], \
+                    bool_or(permanent) FILTER (WHERE state = 'failed') \
+               FROM tasks WHERE table_id = $1 AND snapshot_id = $2 AND kind = $3",
+        )
+        .bind(table)
+        .bind(snapshot_id)
+        .bind(kind)
+        .fetch_one(&self.pool)
+        .await?;
         Ok(TaskProgress {
             planned,
             done,
-            failed: error.map(|error| TaskFailure {
-                error,
+            failed: error.map(|message| TaskFailure {
+                failure: Failure::new(
+                    code.as_deref()
+                        .and_then(FailureCode::parse)
+                        .unwrap_or(FailureCode::Internal),
+                    message,
+                ),
                 permanent: permanent.unwrap_or(false),
             }),
         })

@@ -8,6 +8,7 @@ use super::shuffle::Shuffle;
 use super::sync::SyncError;
 use crate::changelog::FileRows;
 use crate::config::SchedulerSettings;
+use crate::failure::FailureCode;
 use crate::store::{NewSegment, SourceTable, Store};
 
 /// One rewrite snapshot to compute.
@@ -48,15 +49,15 @@ impl Rewrite<'_> {
             self.store
                 .delete_snapshot_tasks(self.table.id, snapshot_id)
                 .await?;
-            return Err(SyncError::Table {
-                message: format!(
-                    "cannot publish snapshot {snapshot_id}: it is a replace (compaction) snapshot \
-                     but its rows differ from the files it replaced ({} rows removed, {} rows \
-                     added); refusing to publish it as a no-op",
+            return Err(SyncError::unpublishable(
+                snapshot_id,
+                FailureCode::DataInvalid,
+                format!(
+                    "it is a replace (compaction) snapshot but its rows differ from the files it \
+                     replaced ({} rows removed, {} rows added); refusing to publish it as a no-op",
                     outcome.deleted, outcome.inserted
                 ),
-                snapshot: Some(snapshot_id),
-            });
+            ));
         }
         Ok(outcome.segments)
     }

@@ -15,6 +15,7 @@ use super::sync::{SyncError, TableSync};
 use crate::catalog::CatalogCache;
 use crate::changes::ChangeStore;
 use crate::config::SchedulerSettings;
+use crate::failure::FailureCode;
 use crate::store::{SourceTable, Store};
 
 /// Longest wait before retrying a table after a transient failure.
@@ -129,14 +130,18 @@ impl Scheduler {
                 .instrument(span)
                 .await
                 .map_err(|e| match e {
-                    SyncError::Table { message, .. } => SyncError::Transient(message),
+                    SyncError::Table { failure, .. } => SyncError::Transient(failure),
                     other => other,
                 })
         } else {
-            sync.run(&table)
-                .instrument(span)
-                .await
-                .map_err(|e| e.after(table.last_error.as_deref()))
+            sync.run(&table).instrument(span).await.map_err(|e| {
+                e.after(
+                    table
+                        .last_error_code
+                        .as_deref()
+                        .and_then(FailureCode::parse),
+                )
+            })
         };
         let name = table.table_name.clone();
         // By id, which no other registration shares; the name for people.
@@ -157,21 +162,21 @@ impl Scheduler {
             Err(SyncError::Abandoned) => {
                 tracing::info!(table = %name, "sync abandoned");
             }
-            Err(SyncError::Transient(message)) => {
+            Err(SyncError::Transient(failure)) => {
                 metrics::counter!("icefeed_scheduler_poll_errors_total", &labels).increment(1);
-                tracing::warn!(table = %name, error = %message, "poll failed; will retry");
+                tracing::warn!(table = %name, code = %failure.code, error = %failure, "poll failed; will retry");
                 let backoff = self.backoff(&table);
                 let _ = self
                     .store
-                    .postpone_poll(table.id, backoff.as_millis() as i64, &message)
+                    .postpone_poll(table.id, backoff.as_millis() as i64, &failure)
                     .await;
             }
-            Err(SyncError::Table { message, snapshot }) => {
+            Err(SyncError::Table { failure, snapshot }) => {
                 metrics::counter!("icefeed_scheduler_poll_errors_total", &labels).increment(1);
-                tracing::error!(table = %name, error = %message, "table stopped");
+                tracing::error!(table = %name, code = %failure.code, error = %failure, "table stopped");
                 let _ = self
                     .store
-                    .set_table_error(table.id, &lease, &message, snapshot)
+                    .set_table_error(table.id, &lease, &failure, snapshot)
                     .await;
             }
         }

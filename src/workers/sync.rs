@@ -11,27 +11,27 @@ use tokio_util::sync::CancellationToken;
 
 use super::rewrite::Rewrite;
 use crate::catalog::{
-    CATALOG_TYPE_NOT_ALLOWED, CatalogCache, CatalogConfig, CatalogError, StorageFault, parse_ident,
-    storage_cause,
+    CatalogCache, CatalogConfig, CatalogError, StorageFault, parse_ident, storage_cause,
 };
 use crate::changelog::{
     self, DataFileRef, DeleteCache, FileRows, LineageError, PlanError, SnapshotPlan, key_indexes,
 };
 use crate::changes::{ChangeStore, ChangeStoreError, ReadSchema, StoredSegment, deleted_rows};
 use crate::config::SchedulerSettings;
+use crate::failure::{Failure, FailureCode};
 use crate::store::{Lease, NewChangeSet, NewSegment, PollOutcome, SourceTable, Store, StoreError};
 
-/// Why a sync stopped early.
+/// Why a sync stopped early, by kind.
 #[derive(Debug, thiserror::Error)]
 pub enum SyncError {
     /// Worth retrying later: the catalog, storage or database had a hiccup.
     #[error("{0}")]
-    Transient(String),
-    /// Needs an operator: the table goes to the error state with this message.
-    #[error("{message}")]
+    Transient(Failure),
+    /// Needs an operator: the table goes to the error state with this failure.
+    #[error("{failure}")]
     Table {
         /// What is wrong, naming the snapshot.
-        message: String,
+        failure: Failure,
         /// The snapshot that could not be published.
         snapshot: Option<i64>,
     },
@@ -44,38 +44,24 @@ impl From<StoreError> for SyncError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::LeaseLost(_) => SyncError::Abandoned,
-            other => SyncError::Transient(other.to_string()),
+            other => SyncError::transient(FailureCode::DatabaseUnavailable, other),
         }
     }
 }
 
 impl From<CatalogError> for SyncError {
     fn from(e: CatalogError) -> Self {
-        // Named by their code, like the storage failures of a publish.
-        match &e {
-            CatalogError::Storage { fault, .. } => {
-                SyncError::Transient(format!("{}: {e}", fault.code()))
-            }
-            CatalogError::Timeout { .. } => SyncError::Transient(format!("catalog_timeout: {e}")),
-            // Waiting will not change the operator's mind.
-            CatalogError::HostRefused(_) => SyncError::Table {
-                message: format!("{}: {e}", crate::network::HOST_NOT_ALLOWED),
+        let failure = e.failure();
+        match failure.code {
+            // Waiting will not change the operator's mind, nor bring back a table that
+            // was dropped or renamed (a retry once it is there again will).
+            FailureCode::HostNotAllowed
+            | FailureCode::CatalogTypeNotAllowed
+            | FailureCode::IcebergTableNotFound => SyncError::Table {
+                failure,
                 snapshot: None,
             },
-            CatalogError::TypeNotAllowed { .. } => SyncError::Table {
-                message: format!("{CATALOG_TYPE_NOT_ALLOWED}: {e}"),
-                snapshot: None,
-            },
-            // Dropped or renamed: polling again will not bring it back; a retry once it
-            // is there again will.
-            CatalogError::TableNotFound(_) => SyncError::Table {
-                message: format!(
-                    "iceberg_table_not_found: {e} (dropped or renamed?); retry the table \
-                     once it is back, or delete the registration"
-                ),
-                snapshot: None,
-            },
-            _ => SyncError::Transient(e.to_string()),
+            _ => SyncError::Transient(failure),
         }
     }
 }
@@ -83,7 +69,8 @@ impl From<CatalogError> for SyncError {
 impl From<PlanError> for SyncError {
     fn from(e: PlanError) -> Self {
         let PlanError::Iceberg { snapshot, source } = &e;
-        storage_error(source, *snapshot).unwrap_or_else(|| SyncError::Transient(e.to_string()))
+        storage_error(source, *snapshot)
+            .unwrap_or_else(|| SyncError::transient(FailureCode::CatalogUnavailable, e))
     }
 }
 
@@ -94,40 +81,51 @@ impl From<PlanError> for SyncError {
 /// [`SyncError::after`]). Anything else is retried.
 fn storage_error(e: &iceberg::Error, snapshot: i64) -> Option<SyncError> {
     let fault = StorageFault::of(e)?;
-    let message = format!(
-        "{}: snapshot {snapshot}: {}: {e}",
-        fault.code(),
-        storage_cause(e)
-    );
+    let code = fault.failure_code();
+    let message = format!("{code}: snapshot {snapshot}: {}: {e}", storage_cause(e));
     Some(match fault {
         StorageFault::NotFound
         | StorageFault::Invalid
         | StorageFault::NotAFile
         | StorageFault::NotAllowed
-        | StorageFault::TooLarge => SyncError::Table {
-            message: format!("cannot publish snapshot {snapshot}: {message}"),
-            snapshot: Some(snapshot),
-        },
-        StorageFault::AccessDenied | StorageFault::Unreachable => SyncError::Transient(message),
+        | StorageFault::TooLarge => SyncError::unpublishable(snapshot, code, message),
+        StorageFault::AccessDenied | StorageFault::Unreachable => {
+            SyncError::Transient(Failure::new(code, message))
+        }
     })
 }
 
-/// How a sync's access-denied error begins, so that the next failure can tell that the
-/// one before it was one too.
-const ACCESS_DENIED: &str = StorageFault::AccessDenied.code();
-
 impl SyncError {
-    /// This failure, given the table's error from the poll before (`last_error`): denied
-    /// twice in a row, the second time with freshly loaded credentials, the credentials
-    /// or the policy are wrong, and waiting will not fix them: the table stops.
-    pub fn after(self, last_error: Option<&str>) -> Self {
+    /// A passing failure of kind `code`.
+    fn transient(code: FailureCode, e: impl std::fmt::Display) -> Self {
+        SyncError::Transient(Failure::new(code, e.to_string()))
+    }
+
+    /// Snapshot `snapshot` cannot be published, for good.
+    pub(super) fn unpublishable(
+        snapshot: i64,
+        code: FailureCode,
+        reason: impl std::fmt::Display,
+    ) -> Self {
+        SyncError::Table {
+            failure: Failure::new(
+                code,
+                format!("cannot publish snapshot {snapshot}: {reason}"),
+            ),
+            snapshot: Some(snapshot),
+        }
+    }
+
+    /// This failure, given the kind of the table's error from the poll before
+    /// (`last_error_code`): denied twice in a row, the second time with freshly loaded
+    /// credentials, the credentials or the policy are wrong, and waiting will not fix
+    /// them: the table stops.
+    pub fn after(self, last: Option<FailureCode>) -> Self {
+        const DENIED: FailureCode = FailureCode::StorageAccessDenied;
         match self {
-            SyncError::Transient(message)
-                if message.starts_with(ACCESS_DENIED)
-                    && last_error.is_some_and(|e| e.starts_with(ACCESS_DENIED)) =>
-            {
+            SyncError::Transient(failure) if failure.code == DENIED && last == Some(DENIED) => {
                 SyncError::Table {
-                    message,
+                    failure,
                     snapshot: None,
                 }
             }
@@ -140,14 +138,18 @@ impl SyncError {
     /// (MERGE_ON_READ §1.5). A gap in history, which only a new export can bridge.
     fn in_gap(self, snapshot_id: i64, expired_parent: Option<i64>) -> Self {
         match (self, expired_parent) {
-            (SyncError::Table { message, snapshot }, Some(parent))
-                if message.contains(StorageFault::NotFound.code()) =>
+            (SyncError::Table { failure, snapshot }, Some(parent))
+                if failure.code == FailureCode::StorageNotFound =>
             {
                 SyncError::Table {
-                    message: format!(
-                        "gap: snapshot {parent}, the parent of snapshot {snapshot_id}, was expired \
-                         before its child was published, and a file the child's change needs is \
-                         gone; re-register the table to export its current state ({message})"
+                    failure: Failure::new(
+                        FailureCode::Gap,
+                        format!(
+                            "gap: snapshot {parent}, the parent of snapshot {snapshot_id}, was \
+                             expired before its child was published, and a file the child's \
+                             change needs is gone; re-register the table to export its current \
+                             state ({failure})"
+                        ),
                     ),
                     snapshot,
                 }
@@ -295,15 +297,15 @@ impl TableSync<'_> {
             .and_then(|id| metadata.schema_by_id(id))
             .unwrap_or_else(|| metadata.current_schema());
         // Even an append needs the key: consumers read it from every event.
-        let key = key_indexes(schema, table).map_err(|reason| SyncError::Table {
-            message: format!("cannot publish snapshot {snapshot_id}: {reason}"),
-            snapshot: Some(snapshot_id),
+        let key = key_indexes(schema, table).map_err(|reason| {
+            SyncError::unpublishable(snapshot_id, FailureCode::IdentifierColumnsInvalid, reason)
         })?;
         let shuffled = matches!(plan, SnapshotPlan::Rewrite { .. });
         let segments = match plan {
             SnapshotPlan::Inserts(files) => {
-                let read = ReadSchema::new(schema)
-                    .map_err(|e| SyncError::Transient(format!("snapshot {snapshot_id}: {e}")))?;
+                let read = ReadSchema::new(schema).map_err(|e| {
+                    SyncError::unpublishable(snapshot_id, FailureCode::Unsupported, e)
+                })?;
                 self.copy_inserts(table, iceberg, snapshot_id, &read, files)
                     .await?
             }
@@ -320,10 +322,11 @@ impl TableSync<'_> {
                 rewrite.compute(removed, added).await?
             }
             SnapshotPlan::Unsupported(reason) => {
-                return Err(SyncError::Table {
-                    message: format!("cannot publish snapshot {snapshot_id}: {reason}"),
-                    snapshot: Some(snapshot_id),
-                });
+                return Err(SyncError::unpublishable(
+                    snapshot_id,
+                    FailureCode::Unsupported,
+                    reason,
+                ));
             }
         };
         let change_set = NewChangeSet {
@@ -334,7 +337,7 @@ impl TableSync<'_> {
             committed_at: committed_at(snapshot),
             schema_id: schema.schema_id(),
             schema: serde_json::to_value(schema.as_ref())
-                .map_err(|e| SyncError::Transient(e.to_string()))?,
+                .map_err(|e| SyncError::transient(FailureCode::Internal, e))?,
             segments,
             garbage: if shuffled {
                 vec![ChangeStore::shuffle_prefix(table.id, snapshot_id)]
@@ -438,44 +441,58 @@ pub fn committed_at(snapshot: &SnapshotRef) -> DateTime<Utc> {
 }
 
 fn lineage_error(e: LineageError, checkpoint: Option<i64>) -> SyncError {
+    let code = match e {
+        LineageError::BranchMissing(_) => FailureCode::BranchMissing,
+        LineageError::Gap { .. } | LineageError::Unlinked { .. } => FailureCode::Gap,
+        LineageError::NotAncestor { .. } => FailureCode::HistoryRewritten,
+    };
     SyncError::Table {
-        message: e.to_string(),
+        failure: Failure::new(code, e.to_string()),
         snapshot: checkpoint,
     }
 }
 
 pub(super) fn copy_error(e: ChangeStoreError, snapshot: i64) -> SyncError {
     match e {
-        ChangeStoreError::Corrupt(reason) => SyncError::Table {
-            message: format!("cannot publish snapshot {snapshot}: {reason}"),
-            snapshot: Some(snapshot),
-        },
+        ChangeStoreError::Corrupt(reason) => {
+            SyncError::unpublishable(snapshot, FailureCode::DataInvalid, reason)
+        }
         ChangeStoreError::Source(source) => storage_error(&source, snapshot).unwrap_or_else(|| {
-            SyncError::Transient(format!(
-                "snapshot {snapshot}: reading source file: {source}"
-            ))
+            SyncError::transient(
+                FailureCode::StorageUnreachable,
+                format!("snapshot {snapshot}: reading source file: {source}"),
+            )
         }),
-        other => SyncError::Transient(format!("snapshot {snapshot}: {other}")),
+        other => SyncError::transient(
+            FailureCode::ChangeStoreUnavailable,
+            format!("snapshot {snapshot}: {other}"),
+        ),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::SyncError;
+    use crate::failure::{Failure, FailureCode};
 
-    fn denied() -> SyncError {
-        SyncError::Transient("storage_access_denied: snapshot 7: access denied".into())
+    fn transient(code: FailureCode) -> SyncError {
+        SyncError::Transient(Failure::new(code, format!("{code}: snapshot 7: …")))
     }
 
     #[test]
     fn a_missing_file_of_a_snapshot_whose_parent_expired_is_a_gap() {
-        let missing = || SyncError::Table {
-            message: "cannot publish snapshot 7: storage_not_found: snapshot 7: gone".into(),
-            snapshot: Some(7),
+        let missing = || {
+            SyncError::unpublishable(
+                7,
+                FailureCode::StorageNotFound,
+                "storage_not_found: snapshot 7: gone",
+            )
         };
-        let SyncError::Table { message, snapshot } = missing().in_gap(7, Some(6)) else {
+        let SyncError::Table { failure, snapshot } = missing().in_gap(7, Some(6)) else {
             panic!("a gap stops the table");
         };
+        assert_eq!(failure.code, FailureCode::Gap);
+        let message = failure.message;
         assert!(
             message.starts_with("gap: snapshot 6, the parent of snapshot 7"),
             "{message}"
@@ -486,25 +503,46 @@ mod tests {
         );
         assert_eq!(snapshot, Some(7));
         // With the parent retained, a missing file is just that.
-        let SyncError::Table { message, .. } = missing().in_gap(7, None) else {
+        let SyncError::Table { failure, .. } = missing().in_gap(7, None) else {
             panic!("still stops the table");
         };
-        assert!(message.starts_with("cannot publish snapshot 7: storage_not_found"));
-        // Other failures are what they were.
-        let other = SyncError::Transient("catalog_timeout: slow".into()).in_gap(7, Some(6));
-        assert!(matches!(other, SyncError::Transient(m) if m == "catalog_timeout: slow"));
+        assert_eq!(failure.code, FailureCode::StorageNotFound);
+        assert!(
+            failure
+                .message
+                .starts_with("cannot publish snapshot 7: storage_not_found")
+        );
+        // Other failures are what they were, even when their text names a missing file.
+        let other = SyncError::unpublishable(
+            7,
+            FailureCode::DataInvalid,
+            "a position past storage_not_found",
+        )
+        .in_gap(7, Some(6));
+        assert!(
+            matches!(&other, SyncError::Table { failure, .. } if failure.code == FailureCode::DataInvalid),
+            "{other:?}"
+        );
+        let timeout = transient(FailureCode::CatalogTimeout).in_gap(7, Some(6));
+        assert!(
+            matches!(timeout, SyncError::Transient(f) if f.code == FailureCode::CatalogTimeout)
+        );
     }
 
     #[test]
     fn access_denied_twice_in_a_row_stops_the_table() {
+        let denied = || transient(FailureCode::StorageAccessDenied);
         let first = denied().after(None);
         assert!(matches!(first, SyncError::Transient(_)), "{first:?}");
-        let after_other = denied().after(Some("storage_unreachable: snapshot 7: timeout"));
+        let after_other = denied().after(Some(FailureCode::StorageUnreachable));
         assert!(matches!(after_other, SyncError::Transient(_)));
-        let second = denied().after(Some("storage_access_denied: snapshot 7: access denied"));
-        assert!(matches!(second, SyncError::Table { .. }), "{second:?}");
-        let unrelated = SyncError::Transient("catalog unreachable".into())
-            .after(Some("storage_access_denied: snapshot 7: access denied"));
+        let second = denied().after(Some(FailureCode::StorageAccessDenied));
+        assert!(
+            matches!(&second, SyncError::Table { failure, .. } if failure.code == FailureCode::StorageAccessDenied),
+            "{second:?}"
+        );
+        let unrelated = transient(FailureCode::CatalogUnavailable)
+            .after(Some(FailureCode::StorageAccessDenied));
         assert!(matches!(unrelated, SyncError::Transient(_)));
     }
 }

@@ -10,29 +10,50 @@ use tokio_util::sync::CancellationToken;
 
 use super::heartbeat::Heartbeat;
 use super::shuffle::{MapTask, ReduceTask, run_map, run_reduce};
-use crate::catalog::{CatalogCache, CatalogConfig, StorageFault, parse_ident};
+use crate::catalog::{CatalogCache, CatalogConfig, CatalogError, StorageFault, parse_ident};
 use crate::changelog::read::read_data_file;
 use crate::changelog::{DeleteCache, FileRows};
 use crate::changes::json::{JsonOptions, RecordEncoder};
 use crate::changes::{ChangeStore, ChangeStoreError, ReadSchema};
 use crate::config::SchedulerSettings;
+use crate::failure::{Failure, FailureCode};
 use crate::store::{ClaimedTask, Store, StoreError, TableId};
 
-/// Why a task failed.
+/// Why a task failed, by kind.
 #[derive(Debug, thiserror::Error)]
 pub enum TaskError {
     /// Worth another attempt (I/O, a catalog hiccup).
     #[error("{0}")]
-    Retryable(String),
+    Retryable(Failure),
     /// Will fail again whatever happens (the data is wrong): stop the table now.
     #[error("{0}")]
-    Permanent(String),
+    Permanent(Failure),
 }
 
 impl TaskError {
-    /// A retryable error from anything displayable.
-    pub fn retryable(e: impl std::fmt::Display) -> Self {
-        TaskError::Retryable(e.to_string())
+    /// A catalog failure while opening the task's table: every kind is retried, since
+    /// the sync that planned the task loaded the same table a moment ago.
+    pub fn catalog(e: CatalogError) -> Self {
+        TaskError::Retryable(e.failure())
+    }
+
+    /// A failure of the change store (reading or writing shuffle files and segments).
+    pub fn change_store(e: impl std::fmt::Display) -> Self {
+        TaskError::Retryable(Failure::new(
+            FailureCode::ChangeStoreUnavailable,
+            e.to_string(),
+        ))
+    }
+
+    /// A failure of computing on rows already read: the same rows fail the same way,
+    /// so another attempt would only repeat it.
+    pub fn compute(e: impl std::fmt::Display) -> Self {
+        TaskError::Permanent(Failure::new(FailureCode::Internal, e.to_string()))
+    }
+
+    /// A failure a thread of the blocking pool ended with (a panic): tried again.
+    pub fn joined(e: tokio::task::JoinError) -> Self {
+        TaskError::Retryable(Failure::new(FailureCode::Internal, e.to_string()))
     }
 
     /// A failure to read a table file: permanent when the file is gone or malformed,
@@ -40,17 +61,35 @@ impl TaskError {
     /// attempt reopens the table, with fresh credentials).
     pub fn reading(e: ChangeStoreError) -> Self {
         match &e {
-            ChangeStoreError::Corrupt(_) => TaskError::Permanent(e.to_string()),
+            ChangeStoreError::Corrupt(_) => {
+                TaskError::Permanent(Failure::new(FailureCode::DataInvalid, e.to_string()))
+            }
             ChangeStoreError::Source(source) => match StorageFault::of(source) {
                 Some(
                     fault @ (StorageFault::NotFound
                     | StorageFault::NotAFile
                     | StorageFault::NotAllowed
                     | StorageFault::TooLarge),
-                ) => TaskError::Permanent(format!("{}: {e}", fault.code())),
-                _ => TaskError::retryable(e),
+                ) => TaskError::Permanent(Failure::new(
+                    fault.failure_code(),
+                    format!("{}: {e}", fault.code()),
+                )),
+                Some(fault) => {
+                    TaskError::Retryable(Failure::new(fault.failure_code(), e.to_string()))
+                }
+                None => TaskError::Retryable(Failure::new(
+                    FailureCode::StorageUnreachable,
+                    e.to_string(),
+                )),
             },
-            _ => TaskError::retryable(e),
+            _ => TaskError::change_store(e),
+        }
+    }
+
+    /// What the task failed with.
+    pub fn failure(&self) -> &Failure {
+        match self {
+            TaskError::Retryable(f) | TaskError::Permanent(f) => f,
         }
     }
 }
@@ -76,26 +115,30 @@ pub struct TaskContext {
 impl TaskContext {
     /// Loads the task's table and the schema its snapshot is read with.
     pub async fn open(&self, table: TableId, schema_id: i32) -> Result<Opened, TaskError> {
-        let source = self
-            .store
-            .get_table(table)
-            .await
-            .map_err(TaskError::retryable)?;
-        let config = CatalogConfig::from_json(&source.catalog).map_err(TaskError::retryable)?;
-        let ident = parse_ident(&source.table_name).map_err(TaskError::retryable)?;
+        let source = self.store.get_table(table).await.map_err(|e| {
+            TaskError::Retryable(Failure::new(
+                FailureCode::DatabaseUnavailable,
+                e.to_string(),
+            ))
+        })?;
+        let config = CatalogConfig::from_json(&source.catalog).map_err(TaskError::catalog)?;
+        let ident = parse_ident(&source.table_name).map_err(TaskError::catalog)?;
         let iceberg = self
             .catalogs
             .load_table(&config, &ident)
             .await
-            .map_err(TaskError::retryable)?;
+            .map_err(TaskError::catalog)?;
         let schema = iceberg
             .metadata()
             .schema_by_id(schema_id)
             .cloned()
             .ok_or_else(|| {
-                TaskError::Permanent(format!("schema {schema_id} is gone from the table"))
+                TaskError::Permanent(Failure::new(
+                    FailureCode::DataInvalid,
+                    format!("schema {schema_id} is gone from the table"),
+                ))
             })?;
-        let read = ReadSchema::new(&schema).map_err(TaskError::retryable)?;
+        let read = ReadSchema::new(&schema).map_err(TaskError::compute)?;
         Ok(Opened {
             file_io: iceberg.file_io().clone(),
             read,
@@ -206,9 +249,7 @@ impl TaskRunner {
                     .increment(1);
                 let permanent = matches!(e, TaskError::Permanent(_));
                 tracing::warn!(task = %task.id, attempt = task.attempts, error = %e, "task failed");
-                store
-                    .fail_task(&task, &e.to_string(), permanent, max)
-                    .await?;
+                store.fail_task(&task, e.failure(), permanent, max).await?;
             }
         }
         Ok(true)
@@ -216,7 +257,12 @@ impl TaskRunner {
 
     async fn execute(&self, task: &ClaimedTask) -> Result<serde_json::Value, TaskError> {
         let payload = task.payload.clone();
-        let bad = |e: serde_json::Error| TaskError::Permanent(format!("malformed task: {e}"));
+        let bad = |e: serde_json::Error| {
+            TaskError::Permanent(Failure::new(
+                FailureCode::Internal,
+                format!("malformed task: {e}"),
+            ))
+        };
         let result = match task.kind.as_str() {
             "map" => {
                 let map: MapTask = serde_json::from_value(payload).map_err(bad)?;
@@ -226,7 +272,12 @@ impl TaskRunner {
                 let reduce: ReduceTask = serde_json::from_value(payload).map_err(bad)?;
                 serde_json::to_value(run_reduce(&self.context, task, reduce).await?)
             }
-            other => return Err(TaskError::Permanent(format!("unknown task kind {other}"))),
+            other => {
+                return Err(TaskError::Permanent(Failure::new(
+                    FailureCode::Internal,
+                    format!("unknown task kind {other}"),
+                )));
+            }
         };
         Ok(result.expect("task results serialize"))
     }

@@ -1346,6 +1346,7 @@ async fn snapshots_expired_before_they_were_published_are_followed_or_named_a_ga
         error.starts_with(&format!("gap: snapshot {s2}, the parent of snapshot {s3}")),
         "{error}"
     );
+    assert_eq!(stopped["last_error_code"], "gap");
     assert_eq!(stopped["checkpoint"]["snapshot_id"], id_json(s2));
     let (events, _) = node.all_events(&id, None, 100).await;
     assert_eq!(events.len(), 3, "nothing is published past a gap");

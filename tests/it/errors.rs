@@ -449,6 +449,7 @@ async fn a_table_dropped_from_its_catalog_stops_the_registration() {
         error.starts_with("iceberg_table_not_found: ") && error.contains("shop.orders"),
         "{error}"
     );
+    assert_eq!(view["last_error_code"], "iceberg_table_not_found");
     assert_eq!(
         view["checkpoint"]["snapshot_id"],
         crate::support::id_json(head(&table))
@@ -462,6 +463,7 @@ async fn a_table_dropped_from_its_catalog_stops_the_registration() {
     assert_eq!(status, 200);
     // The new table's history does not descend from the checkpoint: named, not skipped.
     let view = node.wait_for_state(&id, "error").await;
+    assert_eq!(view["last_error_code"], "history_rewritten", "{view}");
     assert!(
         !view["last_error"]
             .as_str()

@@ -185,6 +185,7 @@ async fn catalog_types_off_the_allowed_list_are_refused_and_their_tables_stop() 
         error.starts_with("catalog_type_not_allowed:") && error.contains("\"sql\""),
         "{stopped}"
     );
+    assert_eq!(stopped["last_error_code"], "catalog_type_not_allowed");
     let (events, _) = node.all_events(&id, None, 100).await;
     assert_eq!(events.len(), 2, "nothing read after the type was refused");
     node.shutdown().await;

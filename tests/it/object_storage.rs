@@ -448,6 +448,7 @@ async fn storage_faults_are_retried_and_lose_nothing() {
     let stopped = node.wait_for_state(&id, "error").await;
     let error = stopped["last_error"].as_str().unwrap();
     assert!(error.starts_with("storage_access_denied"), "{stopped}");
+    assert_eq!(stopped["last_error_code"], "storage_access_denied");
     assert!(
         error.contains(&s4.to_string()),
         "names the snapshot: {error}"

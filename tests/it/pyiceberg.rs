@@ -173,6 +173,7 @@ async fn an_expired_checkpoint_stops_the_table_as_a_gap_instead_of_skipping_hist
     pyiceberg(dir.path(), &["expire", &s1.to_string()]);
     node.set_paused(&id, false).await;
     let table = node.wait_for_state(&id, "error").await;
+    assert_eq!(table["last_error_code"], "gap");
     let error = table["last_error"].as_str().unwrap();
     assert!(
         error.starts_with("gap: ")

@@ -162,6 +162,10 @@ async fn holds_back(
     })
     .await;
     let error = table["last_error"].as_str().unwrap().to_string();
+    assert_eq!(
+        table["last_error_code"], "change_store_unavailable",
+        "{table}"
+    );
     let polled = polled_at(&table);
     let before = proxy.writes_stopped();
     let started = Instant::now();
@@ -219,6 +223,7 @@ async fn publishes_everything_once(node: &Node, followed: &mut Followed, prefix:
     let took = started.elapsed();
     assert_eq!(table["state"], "active", "{table}");
     assert_eq!(table["last_error"], Value::Null, "{table}");
+    assert_eq!(table["last_error_code"], Value::Null, "{table}");
     // The lag a failed attempt recorded stays until the poll that published ends.
     let table = wait_until(Duration::from_secs(10), || async {
         let (_, t) = node.get(&format!("/v1/tables/{}", followed.id)).await;

@@ -146,6 +146,18 @@ pub struct TableView {
     pub lag: Lag,
     /// Last error: why the table is in the error state, or the last transient failure.
     pub last_error: Option<String>,
+    /// The kind of `last_error`, a stable code to act on (new codes may be added):
+    /// `gap` (snapshots expired before they were published: re-register),
+    /// `history_rewritten` (the branch was rolled back or replaced), `branch_missing`,
+    /// `iceberg_table_not_found`, `catalog_timeout`, `catalog_unavailable`,
+    /// `host_not_allowed`, `catalog_type_not_allowed`, `storage_access_denied`,
+    /// `storage_not_found`, `storage_settings_invalid`, `storage_unreachable`,
+    /// `storage_not_a_file`, `storage_file_too_large`, `local_path_not_allowed`,
+    /// `change_store_unavailable`, `database_unavailable`, `data_invalid` (the table's
+    /// files contradict its metadata), `identifier_columns_invalid`, `unsupported`,
+    /// `worker_lost` (a task kept killing its workers), `internal_error`.
+    #[schema(example = "storage_not_found")]
+    pub last_error_code: Option<String>,
     /// The snapshot the error is about, if any.
     pub error_snapshot_id: Option<Int64>,
     /// Change sets published so far.
@@ -191,6 +203,7 @@ impl From<&SourceTable> for TableView {
                 seconds,
             },
             last_error: t.last_error.clone(),
+            last_error_code: t.last_error_code.clone(),
             error_snapshot_id: t.error_snapshot_id.map(Int64),
             change_sets: t.last_ordinal,
             retention: t.retention(),
@@ -207,4 +220,29 @@ impl From<&SourceTable> for TableView {
 pub struct TableList {
     /// The tables, oldest registration first.
     pub tables: Vec<TableView>,
+}
+
+#[cfg(test)]
+mod tests {
+    use utoipa::PartialSchema;
+    use utoipa::openapi::{RefOr, Schema};
+
+    use crate::failure::FailureCode;
+
+    #[test]
+    fn the_document_names_every_failure_code() {
+        let RefOr::T(Schema::Object(table)) = super::TableView::schema() else {
+            panic!("TableView is an object");
+        };
+        let Some(RefOr::T(Schema::Object(code))) = table.properties.get("last_error_code") else {
+            panic!("TableView has last_error_code");
+        };
+        let described = code.description.clone().unwrap_or_default();
+        for code in FailureCode::ALL {
+            assert!(
+                described.contains(&format!("`{code}`")),
+                "last_error_code's description lacks {code}"
+            );
+        }
+    }
 }

@@ -45,14 +45,14 @@ pub fn split_sides(schema: &SchemaRef, batch: &RecordBatch) -> Result<[RecordBat
     let side = batch
         .column_by_name(SIDE)
         .and_then(|c| c.as_primitive_opt::<Int8Type>())
-        .ok_or_else(|| TaskError::Retryable("a shuffle file is corrupt".into()))?;
+        .ok_or_else(|| TaskError::change_store("a shuffle file is corrupt"))?;
     let pick = |value: i8| -> Result<RecordBatch, ArrowError> {
         let rows = filter_record_batch(batch, &eq(side, &Int8Array::new_scalar(value))?)?;
         RecordBatch::try_new(schema.clone(), rows.columns()[1..].to_vec())
     };
     Ok([
-        pick(0).map_err(TaskError::retryable)?,
-        pick(1).map_err(TaskError::retryable)?,
+        pick(0).map_err(TaskError::compute)?,
+        pick(1).map_err(TaskError::compute)?,
     ])
 }
 
@@ -109,14 +109,14 @@ impl Partitioned {
         // Encoding is CPU work: keep it off the async workers.
         let (bytes, parts) = tokio::task::spawn_blocking(move || encode(&held, &rows))
             .await
-            .map_err(TaskError::retryable)?
-            .map_err(TaskError::retryable)?;
+            .map_err(TaskError::joined)?
+            .map_err(TaskError::compute)?;
         let path = key(self.files);
         self.files += 1;
         changes
             .put(&path, bytes)
             .await
-            .map_err(TaskError::retryable)?;
+            .map_err(TaskError::change_store)?;
         self.written
             .extend(parts.into_iter().map(|part| BucketFile {
                 path: path.clone(),
@@ -173,14 +173,14 @@ pub async fn read_parts(
         let bytes = changes
             .get_range(&first.path, first.offset..until)
             .await
-            .map_err(TaskError::retryable)?;
+            .map_err(TaskError::change_store)?;
         for part in &sorted[start..end] {
             let at = (part.offset - first.offset) as usize;
             let stream = bytes.slice(at..at + part.bytes as usize);
-            let reader =
-                StreamReader::try_new(Cursor::new(stream), None).map_err(TaskError::retryable)?;
+            let reader = StreamReader::try_new(Cursor::new(stream), None)
+                .map_err(TaskError::change_store)?;
             for batch in reader {
-                batches.push(batch.map_err(TaskError::retryable)?);
+                batches.push(batch.map_err(TaskError::change_store)?);
             }
         }
         start = end;

@@ -52,8 +52,8 @@ pub(super) async fn cancel(
     let schema = schema.clone();
     tokio::task::spawn_blocking(move || cancel_carryover(&schema, &removed, &added))
         .await
-        .map_err(TaskError::retryable)?
-        .map_err(TaskError::retryable)
+        .map_err(TaskError::joined)?
+        .map_err(TaskError::compute)
 }
 
 /// Surviving rows hashed by key into buckets; written as a shuffle file whenever a
@@ -90,7 +90,7 @@ impl<'a> Buckets<'a> {
                 .map(|&i| SortField::new(schema.field(i).data_type().clone()))
                 .collect(),
         )
-        .map_err(TaskError::retryable)?;
+        .map_err(TaskError::compute)?;
         Ok(Self {
             ctx,
             task,
@@ -121,12 +121,12 @@ impl<'a> Buckets<'a> {
             let rows = self
                 .converter
                 .convert_columns(&keys)
-                .map_err(TaskError::retryable)?;
+                .map_err(TaskError::compute)?;
             let buckets: Vec<u32> = rows
                 .iter()
                 .map(|row| (fnv1a(row.as_ref()) % self.buckets as u64) as u32)
                 .collect();
-            let batch = with_side(&self.shuffled, batch, side).map_err(TaskError::retryable)?;
+            let batch = with_side(&self.shuffled, batch, side).map_err(TaskError::compute)?;
             self.held.push(batch, &buckets);
         }
         if self.held.held_bytes() >= self.flush_bytes {

@@ -21,6 +21,7 @@ pub use reduce::run_reduce;
 use super::sync::SyncError;
 use crate::changelog::FileRows;
 use crate::changes::ChangeStore;
+use crate::failure::{Failure, FailureCode};
 use crate::store::{NewSegment, Store, TableId};
 
 /// Input of a map task: the removed and added files of whole partition groups.
@@ -267,17 +268,14 @@ impl Shuffle<'_> {
                 self.store
                     .delete_snapshot_tasks(self.table, self.snapshot_id)
                     .await?;
-                let message = format!(
-                    "cannot publish snapshot {}: {}",
-                    self.snapshot_id, failure.error
-                );
+                let error = failure.failure;
                 return Err(if failure.permanent {
-                    SyncError::Table {
-                        message,
-                        snapshot: Some(self.snapshot_id),
-                    }
+                    SyncError::unpublishable(self.snapshot_id, error.code, error)
                 } else {
-                    SyncError::Transient(message)
+                    SyncError::Transient(Failure::new(
+                        error.code,
+                        format!("cannot publish snapshot {}: {error}", self.snapshot_id),
+                    ))
                 });
             }
             if progress.done == progress.planned {
@@ -289,8 +287,12 @@ impl Shuffle<'_> {
                 return tasks
                     .into_iter()
                     .map(|t| {
-                        serde_json::from_value(t.result.unwrap_or_default())
-                            .map_err(|e| SyncError::Transient(format!("task {}: {e}", t.id)))
+                        serde_json::from_value(t.result.unwrap_or_default()).map_err(|e| {
+                            SyncError::Transient(Failure::new(
+                                FailureCode::Internal,
+                                format!("task {}: {e}", t.id),
+                            ))
+                        })
                     })
                     .collect();
             }

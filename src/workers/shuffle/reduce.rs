@@ -8,6 +8,7 @@ use super::{ReduceResult, ReduceTask};
 use crate::changelog::carryover::{PairError, Survivors, pair};
 use crate::changes::ChangeStore;
 use crate::changes::writer::encode_changes;
+use crate::failure::{Failure, FailureCode};
 use crate::store::ClaimedTask;
 use crate::workers::tasks::{TaskContext, TaskError, render_key};
 
@@ -26,8 +27,8 @@ pub async fn run_reduce(
         inserted.push(i);
     }
     let survivors = Survivors {
-        deleted: concat_batches(&schema, &deleted).map_err(TaskError::retryable)?,
-        inserted: concat_batches(&schema, &inserted).map_err(TaskError::retryable)?,
+        deleted: concat_batches(&schema, &deleted).map_err(TaskError::compute)?,
+        inserted: concat_batches(&schema, &inserted).map_err(TaskError::compute)?,
     };
     let changes = pair(&survivors, &reduce.key).map_err(|e| match e {
         PairError::DuplicateKey(d) => {
@@ -37,12 +38,15 @@ pub async fn run_reduce(
                 &survivors.inserted
             };
             let key = render_key(&opened.schema, batch, d.second as usize, &reduce.key);
-            TaskError::Permanent(format!(
-                "the identifier columns are not unique: two {} rows have the key {key}",
-                d.side
+            TaskError::Permanent(Failure::new(
+                FailureCode::IdentifierColumnsInvalid,
+                format!(
+                    "the identifier columns are not unique: two {} rows have the key {key}",
+                    d.side
+                ),
             ))
         }
-        PairError::Arrow(e) => TaskError::retryable(e),
+        PairError::Arrow(e) => TaskError::compute(e),
     })?;
     if changes.is_empty() {
         return Ok(ReduceResult {
@@ -51,13 +55,13 @@ pub async fn run_reduce(
             size: 0,
         });
     }
-    let bytes = encode_changes(&survivors, &changes).map_err(TaskError::retryable)?;
+    let bytes = encode_changes(&survivors, &changes).map_err(TaskError::compute)?;
     let path = ChangeStore::segment_key(task.table_id, task.snapshot_id, reduce.n);
     let size = bytes.len() as i64;
     ctx.changes
         .put(&path, bytes)
         .await
-        .map_err(TaskError::retryable)?;
+        .map_err(TaskError::change_store)?;
     Ok(ReduceResult {
         rows: changes.len() as i64,
         path: Some(path),

@@ -37,7 +37,7 @@ pub(super) async fn cancel_spilled(
     let partitions = spill_partitions(estimated_memory(map.input_bytes), budget);
     let schema = opened.read.batch_schema();
     let shuffled = shuffled_schema(&schema);
-    let converter = whole_row_converter(&schema).map_err(TaskError::retryable)?;
+    let converter = whole_row_converter(&schema).map_err(TaskError::compute)?;
     let flush_bytes = usize::try_from(budget / 4).unwrap_or(usize::MAX);
     let key = |n: usize| {
         let name = format!("spill-{n:04}");
@@ -52,8 +52,8 @@ pub(super) async fn cancel_spilled(
                 .map_err(TaskError::reading)?;
             while let Some(batch) = batches.try_next().await.map_err(TaskError::reading)? {
                 let of =
-                    partition_of(&converter, &batch, partitions).map_err(TaskError::retryable)?;
-                let batch = with_side(&shuffled, &batch, side).map_err(TaskError::retryable)?;
+                    partition_of(&converter, &batch, partitions).map_err(TaskError::compute)?;
+                let batch = with_side(&shuffled, &batch, side).map_err(TaskError::compute)?;
                 runs.push(batch, &of);
                 if runs.held_bytes() >= flush_bytes {
                     runs.flush(&ctx.changes, key).await?;
@@ -82,7 +82,7 @@ pub(super) async fn cancel_spilled(
         ctx.changes
             .delete(file)
             .await
-            .map_err(TaskError::retryable)?;
+            .map_err(TaskError::change_store)?;
     }
     metrics::counter!("icefeed_shuffle_spilled_partitions_total").increment(partitions as u64);
     Ok(partitions)
