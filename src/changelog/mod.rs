@@ -10,7 +10,10 @@ mod state;
 mod summary;
 mod vector;
 
-use iceberg::spec::{DataFileFormat, ManifestContentType, ManifestStatus, SnapshotRef};
+use iceberg::spec::{
+    DataFileFormat, Manifest, ManifestContentType, ManifestEntry, ManifestFile, ManifestList,
+    ManifestStatus, SnapshotRef,
+};
 use iceberg::table::Table;
 use serde::{Deserialize, Serialize};
 
@@ -97,15 +100,7 @@ pub async fn plan_snapshot(
     snapshot: &SnapshotRef,
 ) -> Result<SnapshotPlan, PlanError> {
     let id = snapshot.snapshot_id();
-    let err = |source| PlanError::Iceberg {
-        snapshot: id,
-        source,
-    };
-    let list = table
-        .manifest_list_reader(snapshot)
-        .load()
-        .await
-        .map_err(err)?;
+    let list = manifest_list(table, snapshot).await?;
     if has_deletes(&list) {
         return state::plan_with_deletes(table, snapshot, &list).await;
     }
@@ -121,20 +116,16 @@ pub async fn plan_snapshot(
         if !removes && !adds {
             continue;
         }
-        let entries = manifest.load_manifest(table.file_io()).await.map_err(err)?;
+        let entries = load_manifest(table, manifest, id).await?;
         for entry in entries.entries() {
             if entry.snapshot_id() != Some(id) || entry.status() == ManifestStatus::Existing {
                 continue;
             }
-            if let Some(reason) = unreadable(entry.file_format()) {
-                return Ok(SnapshotPlan::Unsupported(reason));
-            }
-            let file = FileRows::whole(
-                entry.file_path().to_string(),
-                entry.record_count(),
-                entry.file_size_in_bytes(),
-                group(manifest.partition_spec_id, entry.data_file().partition()),
-            );
+            let group = group(manifest.partition_spec_id, entry.data_file().partition());
+            let file = match data_file_rows(entry, group) {
+                Ok(file) => file,
+                Err(reason) => return Ok(SnapshotPlan::Unsupported(reason)),
+            };
             match entry.status() {
                 ManifestStatus::Deleted => removed.push(file),
                 _ => added.push(file),
@@ -158,40 +149,63 @@ pub async fn plan_snapshot(
 
 /// Every live row of `snapshot` as inserts: the initial export of a table.
 pub async fn plan_export(table: &Table, snapshot: &SnapshotRef) -> Result<SnapshotPlan, PlanError> {
-    let id = snapshot.snapshot_id();
-    let err = |source| PlanError::Iceberg {
-        snapshot: id,
-        source,
-    };
-    let list = table
-        .manifest_list_reader(snapshot)
-        .load()
-        .await
-        .map_err(err)?;
+    let list = manifest_list(table, snapshot).await?;
     if has_deletes(&list) {
         return state::plan_export_with_deletes(table, snapshot, &list).await;
     }
     let mut files = Vec::new();
     for manifest in list.entries() {
-        let entries = manifest.load_manifest(table.file_io()).await.map_err(err)?;
+        let entries = load_manifest(table, manifest, snapshot.snapshot_id()).await?;
         for entry in entries.entries().iter().filter(|e| e.is_alive()) {
-            if let Some(reason) = unreadable(entry.file_format()) {
-                return Ok(SnapshotPlan::Unsupported(reason));
+            match data_file_rows(entry, String::new()) {
+                Ok(file) => files.push(file),
+                Err(reason) => return Ok(SnapshotPlan::Unsupported(reason)),
             }
-            files.push(FileRows::whole(
-                entry.file_path().to_string(),
-                entry.record_count(),
-                entry.file_size_in_bytes(),
-                String::new(),
-            ));
         }
     }
     Ok(SnapshotPlan::Inserts(files))
 }
 
+/// The manifest list of `snapshot`.
+async fn manifest_list(table: &Table, snapshot: &SnapshotRef) -> Result<ManifestList, PlanError> {
+    table
+        .manifest_list_reader(snapshot)
+        .load()
+        .await
+        .map_err(|source| PlanError::Iceberg {
+            snapshot: snapshot.snapshot_id(),
+            source,
+        })
+}
+
+/// A manifest of the list of snapshot `snapshot`.
+async fn load_manifest(
+    table: &Table,
+    manifest: &ManifestFile,
+    snapshot: i64,
+) -> Result<Manifest, PlanError> {
+    manifest
+        .load_manifest(table.file_io())
+        .await
+        .map_err(|source| PlanError::Iceberg { snapshot, source })
+}
+
+/// All rows of a manifest entry's data file, or why icefeed cannot read them.
+fn data_file_rows(entry: &ManifestEntry, group: String) -> Result<FileRows, String> {
+    if let Some(reason) = unreadable(entry.file_format()) {
+        return Err(reason);
+    }
+    Ok(FileRows::whole(
+        entry.file_path().to_string(),
+        entry.record_count(),
+        entry.file_size_in_bytes(),
+        group,
+    ))
+}
+
 /// Whether a snapshot's manifest list has delete manifests: the only place the delete
 /// files live in it, and those it removed, are listed.
-fn has_deletes(list: &iceberg::spec::ManifestList) -> bool {
+fn has_deletes(list: &ManifestList) -> bool {
     list.entries()
         .iter()
         .any(|m| m.content == ManifestContentType::Deletes)

@@ -19,7 +19,7 @@ use iceberg::table::Table;
 
 use super::deletes::{DataEntry, DeleteEntry, DeleteError, DeleteIndex, DeleteRef, Scope};
 use super::summary::{FileCounts, disagreement};
-use super::{FileRows, PlanError, SnapshotPlan, unreadable};
+use super::{FileRows, PlanError, SnapshotPlan, load_manifest, unreadable};
 
 /// The content files of a snapshot: what is live in it and what it changed.
 #[derive(Debug, Default)]
@@ -180,13 +180,7 @@ async fn load(
     let metadata = table.metadata();
     let mut entries = Entries::default();
     for manifest in list.entries() {
-        let loaded = manifest
-            .load_manifest(table.file_io())
-            .await
-            .map_err(|source| PlanError::Iceberg {
-                snapshot: id,
-                source,
-            })?;
+        let loaded = load_manifest(table, manifest, id).await?;
         let spec_id = manifest.partition_spec_id;
         let global = metadata
             .partition_spec_by_id(spec_id)
