@@ -1106,24 +1106,26 @@ async fn soak(
         "pushed",
         "kills"
     );
+    let take_sample = || {
+        sample(
+            cluster,
+            http,
+            &bases,
+            admin,
+            db_name,
+            changes,
+            &table_id,
+            &pulled,
+            &streamed,
+            &counters,
+            opensearch.is_some(),
+            started,
+        )
+    };
     while started.elapsed() < run_for {
         if started.elapsed() >= next_sample {
             next_sample += Duration::from_secs(args.sample_every);
-            let s = sample(
-                cluster,
-                http,
-                &bases,
-                admin,
-                db_name,
-                changes,
-                &table_id,
-                &pulled,
-                &streamed,
-                &counters,
-                opensearch.is_some(),
-                started,
-            )
-            .await;
+            let s = take_sample().await;
             samples.push(s);
         }
         if Instant::now() >= next_commit {
@@ -1144,23 +1146,7 @@ async fn soak(
     stop.store(true, Ordering::Relaxed);
     killer.await??;
     let elapsed = started.elapsed();
-    samples.push(
-        sample(
-            cluster,
-            http,
-            &bases,
-            admin,
-            db_name,
-            changes,
-            &table_id,
-            &pulled,
-            &streamed,
-            &counters,
-            opensearch.is_some(),
-            started,
-        )
-        .await,
-    );
+    samples.push(take_sample().await);
     println!(
         "workload stopped after {:.1} min: {} commits ({} failed), {} rows, {} kills",
         elapsed.as_secs_f64() / 60.0,
