@@ -8,9 +8,10 @@ use std::fmt;
 /// shown to clients as its snake_case name, which never changes once released.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FailureCode {
-    /// Snapshots were expired before their changes were published.
+    /// The branch's history no longer reaches the checkpoint: snapshots were expired
+    /// before their changes were published, or the table was replaced by another.
     Gap,
-    /// The followed branch was rolled back, replaced or forked past the checkpoint.
+    /// The followed branch was rolled back or reset to an ancestor of the checkpoint.
     HistoryRewritten,
     /// The followed branch does not exist.
     BranchMissing,
