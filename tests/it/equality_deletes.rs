@@ -1352,3 +1352,47 @@ async fn snapshots_expired_before_they_were_published_are_followed_or_named_a_ga
     assert_eq!(events.len(), 3, "nothing is published past a gap");
     node.shutdown().await;
 }
+
+/// A branch rolled back past the checkpoint stops the table with `history_rewritten`,
+/// naming both snapshots, instead of replaying or skipping history (M8, as it stands).
+#[tokio::test]
+async fn a_branch_rolled_back_past_the_checkpoint_stops_as_history_rewritten() {
+    let warehouse = tempfile::tempdir().unwrap();
+    let mut create_table = create(2, false);
+    create_table["table"] = json!("eq.rolled");
+    let first = run_writer(
+        warehouse.path(),
+        vec![
+            create_table,
+            append("S0", vec![file("F1", vec![p(1, "a")])]),
+            append("S1", vec![file("F2", vec![p(2, "b")])]),
+        ],
+    )
+    .unwrap();
+    let [s0, s1] = committed(&first).try_into().unwrap();
+    let (node, _store) = Node::start_fresh().await;
+    let body = json!({
+        "catalog": {"type": "filesystem",
+                    "warehouse": format!("file://{}", warehouse.path().display())},
+        "table": "eq.rolled", "poll_interval_ms": 100,
+    });
+    let id = node.register(&body).await;
+    node.wait_for_checkpoint(&id, s1).await;
+
+    run_writer(
+        warehouse.path(),
+        vec![json!({"op": "rollback", "table": "eq.rolled", "snapshot_id": s0})],
+    )
+    .unwrap();
+    let stopped = node.wait_for_state(&id, "error").await;
+    assert_eq!(stopped["last_error_code"], "history_rewritten", "{stopped}");
+    let error = stopped["last_error"].as_str().unwrap();
+    assert!(
+        error.contains(&format!(
+            "checkpoint snapshot {s1} is not an ancestor of the head {s0}"
+        )),
+        "{error}"
+    );
+    assert_eq!(stopped["checkpoint"]["snapshot_id"], id_json(s1));
+    node.shutdown().await;
+}

@@ -268,6 +268,10 @@ public final class IcebergWriter {
           expire.commit();
           return NODES.objectNode();
         }
+      case "rollback":
+        // As an operator's `rollback_to_snapshot` does: the branch goes back to an ancestor.
+        table.manageSnapshots().rollbackTo(step.get("snapshot_id").asLong()).commit();
+        return NODES.objectNode();
       case "update_schema":
         updateSchema(table, step);
         return NODES.objectNode().put("schema_id", reload(table).schema().schemaId());
