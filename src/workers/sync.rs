@@ -57,6 +57,7 @@ impl From<CatalogError> for SyncError {
             // was dropped or renamed (a retry once it is there again will).
             FailureCode::HostNotAllowed
             | FailureCode::CatalogTypeNotAllowed
+            | FailureCode::LocalPathNotAllowed
             | FailureCode::IcebergTableNotFound => SyncError::Table {
                 failure,
                 snapshot: None,

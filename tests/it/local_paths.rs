@@ -190,3 +190,47 @@ async fn catalog_types_off_the_allowed_list_are_refused_and_their_tables_stop() 
     assert_eq!(events.len(), 2, "nothing read after the type was refused");
     node.shutdown().await;
 }
+
+/// A table registered while its directory was allowed stops, saying why, once the
+/// operator takes the directory off `catalog.local_paths`: it is not polled forever.
+#[tokio::test]
+async fn a_table_whose_directory_is_no_longer_allowed_stops() {
+    let wh = Warehouse::new().await;
+    let created = wh.create("shop.orders", orders_schema(), None).await;
+    let table = wh.append(&created, &[orders(1..=2)]).await;
+    let database = fresh_database().await;
+    let store = tempfile::tempdir().unwrap();
+    let mut settings = test_settings(&database, store.path());
+    settings.catalog.local_paths = vec![wh.dir.path().to_path_buf()];
+    let node = Node::start(settings).await;
+    let id = node
+        .register(&wh.registration("shop.orders", json!({})))
+        .await;
+    node.wait_for_checkpoint(&id, crate::support::head(&table))
+        .await;
+    node.shutdown().await;
+
+    let elsewhere = tempfile::tempdir().unwrap();
+    let mut settings = test_settings(&database, store.path());
+    settings.catalog.local_paths = vec![elsewhere.path().to_path_buf()];
+    let node = Node::start(settings).await;
+    wh.append(&table, &[orders(3..=3)]).await;
+    let stopped = node.wait_for_state(&id, "error").await;
+    assert_eq!(
+        stopped["last_error_code"], "local_path_not_allowed",
+        "{stopped}"
+    );
+    let error = stopped["last_error"].as_str().unwrap();
+    // The registration's own file, and the setting that refuses it.
+    assert!(
+        error.contains("catalog.db") && error.contains("catalog.local_paths"),
+        "{error}"
+    );
+    let (events, _) = node.all_events(&id, None, 100).await;
+    assert_eq!(
+        events.len(),
+        2,
+        "nothing read once the directory was refused"
+    );
+    node.shutdown().await;
+}
