@@ -10,6 +10,7 @@ use utoipa::ToSchema;
 use crate::catalog::{CATALOG_TYPE_NOT_ALLOWED, CatalogError, StorageFault};
 use crate::changes::{ChangeStoreError, CursorError};
 use crate::delivery::FeedError;
+use crate::failure::FailureCode;
 use crate::network::{HOST_NOT_ALLOWED, HostRefused};
 use crate::store::StoreError;
 
@@ -84,7 +85,7 @@ impl ApiError {
         tracing::warn!(error = %error, "database unavailable");
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "database_unavailable",
+            FailureCode::DatabaseUnavailable.as_str(),
             "the node cannot reach its database right now; retry after the time in Retry-After",
         )
     }
@@ -153,11 +154,12 @@ impl From<CatalogError> for ApiError {
                 Self::new(StatusCode::BAD_GATEWAY, "catalog_unreachable", detail)
             }
             CatalogError::Timeout { .. } => {
-                Self::new(StatusCode::GATEWAY_TIMEOUT, "catalog_timeout", detail)
+                let code = FailureCode::CatalogTimeout.as_str();
+                Self::new(StatusCode::GATEWAY_TIMEOUT, code, detail)
             }
             CatalogError::TableNotFound(_) => Self::new(
                 StatusCode::UNPROCESSABLE_ENTITY,
-                "iceberg_table_not_found",
+                FailureCode::IcebergTableNotFound.as_str(),
                 detail,
             ),
             // Settings the caller can fix, or files that are gone: 422; a store that
@@ -240,7 +242,7 @@ impl From<FeedError> for ApiError {
             FeedError::Store(store) => store.into(),
             FeedError::Segment(ChangeStoreError::ObjectStore { .. }) => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
-                "change_store_unavailable",
+                FailureCode::ChangeStoreUnavailable.as_str(),
                 "the node cannot read its change store right now; retry after the time in \
                  Retry-After",
             ),

@@ -8,6 +8,7 @@ use utoipa::ToSchema;
 
 use super::AppState;
 use super::error::{ApiError, Problem};
+use crate::failure::FailureCode;
 
 const TAG: &str = "operations";
 
@@ -57,7 +58,7 @@ pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Health>,
         Ok(Ok(())) => Ok(axum::Json(Health { status: "ok" })),
         Ok(Err(_)) | Err(_) => Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "change_store_unavailable",
+            FailureCode::ChangeStoreUnavailable.as_str(),
             "the node cannot reach its change store right now (its log says why)",
         )),
     }

@@ -248,6 +248,19 @@ impl StorageFault {
         self.failure_code().as_str()
     }
 
+    /// Whether reading the same file again fails the same way: the file named by the
+    /// table's metadata is gone, not a file, too large or off limits, and the metadata
+    /// that names it will not change.
+    pub const fn is_lasting(self) -> bool {
+        matches!(
+            self,
+            StorageFault::NotFound
+                | StorageFault::NotAFile
+                | StorageFault::NotAllowed
+                | StorageFault::TooLarge
+        )
+    }
+
     /// Classifies an iceberg error by the object-store error beneath it. Errors of the
     /// local file system carry no kind, so they are told by their I/O error or text.
     pub fn of(e: &iceberg::Error) -> Option<Self> {

@@ -129,10 +129,7 @@ impl Scheduler {
             sync.observe(&table)
                 .instrument(span)
                 .await
-                .map_err(|e| match e {
-                    SyncError::Table { failure, .. } => SyncError::Transient(failure),
-                    other => other,
-                })
+                .map_err(SyncError::retried)
         } else {
             sync.run(&table).instrument(span).await.map_err(|e| {
                 e.after(

@@ -84,15 +84,11 @@ fn storage_error(e: &iceberg::Error, snapshot: i64) -> Option<SyncError> {
     let fault = StorageFault::of(e)?;
     let code = fault.failure_code();
     let message = format!("{code}: snapshot {snapshot}: {}: {e}", storage_cause(e));
-    Some(match fault {
-        StorageFault::NotFound
-        | StorageFault::Invalid
-        | StorageFault::NotAFile
-        | StorageFault::NotAllowed
-        | StorageFault::TooLarge => SyncError::unpublishable(snapshot, code, message),
-        StorageFault::AccessDenied | StorageFault::Unreachable => {
-            SyncError::Transient(Failure::new(code, message))
-        }
+    // Storage settings that cannot work will not mend themselves either.
+    Some(if fault.is_lasting() || fault == StorageFault::Invalid {
+        SyncError::unpublishable(snapshot, code, message)
+    } else {
+        SyncError::Transient(Failure::new(code, message))
     })
 }
 
@@ -114,6 +110,16 @@ impl SyncError {
                 format!("cannot publish snapshot {snapshot}: {reason}"),
             ),
             snapshot: Some(snapshot),
+        }
+    }
+
+    /// This failure as one to retry later, whatever its kind: a paused table's poll
+    /// only looks, and a snapshot whose tasks ran out on passing failures is planned
+    /// again.
+    pub fn retried(self) -> Self {
+        match self {
+            SyncError::Table { failure, .. } => SyncError::Transient(failure),
+            other => other,
         }
     }
 

@@ -65,12 +65,7 @@ impl TaskError {
                 TaskError::Permanent(Failure::new(FailureCode::DataInvalid, e.to_string()))
             }
             ChangeStoreError::Source(source) => match StorageFault::of(source) {
-                Some(
-                    fault @ (StorageFault::NotFound
-                    | StorageFault::NotAFile
-                    | StorageFault::NotAllowed
-                    | StorageFault::TooLarge),
-                ) => TaskError::Permanent(Failure::new(
+                Some(fault) if fault.is_lasting() => TaskError::Permanent(Failure::new(
                     fault.failure_code(),
                     format!("{}: {e}", fault.code()),
                 )),

@@ -22,7 +22,7 @@ use super::sync::SyncError;
 use crate::changelog::FileRows;
 use crate::changes::ChangeStore;
 use crate::failure::{Failure, FailureCode};
-use crate::store::{NewSegment, Store, TableId};
+use crate::store::{NewSegment, Store, TableId, TaskFailure};
 
 /// Input of a map task: the removed and added files of whole partition groups.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -268,14 +268,12 @@ impl Shuffle<'_> {
                 self.store
                     .delete_snapshot_tasks(self.table, self.snapshot_id)
                     .await?;
-                let error = failure.failure;
-                return Err(if failure.permanent {
-                    SyncError::unpublishable(self.snapshot_id, error.code, error)
+                let TaskFailure { failure, permanent } = failure;
+                let stopped = SyncError::unpublishable(self.snapshot_id, failure.code, failure);
+                return Err(if permanent {
+                    stopped
                 } else {
-                    SyncError::Transient(Failure::new(
-                        error.code,
-                        format!("cannot publish snapshot {}: {error}", self.snapshot_id),
-                    ))
+                    stopped.retried()
                 });
             }
             if progress.done == progress.planned {
