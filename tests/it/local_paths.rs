@@ -4,6 +4,7 @@
 //! too, and without telling a missing file from an existing one outside. And
 //! `catalog.allowed_types`: only the catalog types the operator lists are used.
 
+use icefeed::config::Settings;
 use serde_json::{Value, json};
 
 use crate::fixtures::{orders, orders_schema};
@@ -30,6 +31,43 @@ async fn refused(node: &Node, body: &Value) -> Value {
 fn metadata_file(location: &str) -> Value {
     json!({"catalog": {"type": "filesystem", "metadata_location": location},
            "table": "shop.orders"})
+}
+
+/// A table registered and published by a node, and a node started after it on the same
+/// database and change store with other settings.
+struct Restarted {
+    wh: Warehouse,
+    table: iceberg::table::Table,
+    id: String,
+    node: Node,
+    store: tempfile::TempDir,
+}
+
+/// The first node has the tests' settings; `after` changes the second node's.
+async fn restarted(after: impl FnOnce(&mut Settings)) -> Restarted {
+    let wh = Warehouse::new().await;
+    let created = wh.create("shop.orders", orders_schema(), None).await;
+    let table = wh.append(&created, &[orders(1..=2)]).await;
+    let database = fresh_database().await;
+    let store = tempfile::tempdir().unwrap();
+    let node = Node::start(test_settings(&database, store.path())).await;
+    let id = node
+        .register(&wh.registration("shop.orders", json!({})))
+        .await;
+    node.wait_for_checkpoint(&id, crate::support::head(&table))
+        .await;
+    node.shutdown().await;
+
+    let mut settings = test_settings(&database, store.path());
+    after(&mut settings);
+    let node = Node::start(settings).await;
+    Restarted {
+        wh,
+        table,
+        id,
+        node,
+        store,
+    }
 }
 
 #[tokio::test]
@@ -143,24 +181,14 @@ async fn by_default_no_local_table_may_be_registered() {
 /// registration, and a table registered with it before stops instead of being read.
 #[tokio::test]
 async fn catalog_types_off_the_allowed_list_are_refused_and_their_tables_stop() {
-    let wh = Warehouse::new().await;
-    let created = wh.create("shop.orders", orders_schema(), None).await;
-    let table = wh.append(&created, &[orders(1..=2)]).await;
-    let database = fresh_database().await;
-    let store = tempfile::tempdir().unwrap();
-
     // Registered (a SQL catalog) while every type is allowed.
-    let node = Node::start(test_settings(&database, store.path())).await;
-    let id = node
-        .register(&wh.registration("shop.orders", json!({})))
-        .await;
-    node.wait_for_checkpoint(&id, crate::support::head(&table))
-        .await;
-    node.shutdown().await;
-
-    let mut settings = test_settings(&database, store.path());
-    settings.catalog.allowed_types = vec!["rest".into(), "glue".into()];
-    let node = Node::start(settings).await;
+    let Restarted {
+        wh,
+        table,
+        id,
+        node,
+        store: _store,
+    } = restarted(|s| s.catalog.allowed_types = vec!["rest".into(), "glue".into()]).await;
     for body in [
         wh.registration("shop.orders", json!({})),
         metadata_file(table.metadata_location().unwrap()),
@@ -195,25 +223,14 @@ async fn catalog_types_off_the_allowed_list_are_refused_and_their_tables_stop() 
 /// operator takes the directory off `catalog.local_paths`: it is not polled forever.
 #[tokio::test]
 async fn a_table_whose_directory_is_no_longer_allowed_stops() {
-    let wh = Warehouse::new().await;
-    let created = wh.create("shop.orders", orders_schema(), None).await;
-    let table = wh.append(&created, &[orders(1..=2)]).await;
-    let database = fresh_database().await;
-    let store = tempfile::tempdir().unwrap();
-    let mut settings = test_settings(&database, store.path());
-    settings.catalog.local_paths = vec![wh.dir.path().to_path_buf()];
-    let node = Node::start(settings).await;
-    let id = node
-        .register(&wh.registration("shop.orders", json!({})))
-        .await;
-    node.wait_for_checkpoint(&id, crate::support::head(&table))
-        .await;
-    node.shutdown().await;
-
     let elsewhere = tempfile::tempdir().unwrap();
-    let mut settings = test_settings(&database, store.path());
-    settings.catalog.local_paths = vec![elsewhere.path().to_path_buf()];
-    let node = Node::start(settings).await;
+    let Restarted {
+        wh,
+        table,
+        id,
+        node,
+        store: _store,
+    } = restarted(|s| s.catalog.local_paths = vec![elsewhere.path().to_path_buf()]).await;
     wh.append(&table, &[orders(3..=3)]).await;
     let stopped = node.wait_for_state(&id, "error").await;
     assert_eq!(
