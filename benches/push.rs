@@ -409,8 +409,11 @@ impl Bench {
             let body = response.bytes().await?;
             let before = items.len();
             for line in body.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                // Any growing version does for a bare loader.
+                let version = items.len() as i64 + 1;
                 items.push(item_for_event(
                     line,
+                    version,
                     &self.bare,
                     std::slice::from_ref(&self.table),
                 )?);

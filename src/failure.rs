@@ -11,8 +11,6 @@ pub enum FailureCode {
     /// The branch's history no longer reaches the checkpoint: snapshots were expired
     /// before their changes were published, or the table was replaced by another.
     Gap,
-    /// The followed branch was rolled back or reset to an ancestor of the checkpoint.
-    HistoryRewritten,
     /// The followed branch does not exist.
     BranchMissing,
     /// The catalog no longer has the table (dropped or renamed).
@@ -58,9 +56,8 @@ pub enum FailureCode {
 
 impl FailureCode {
     /// Every code, for documentation and parsing.
-    pub const ALL: [FailureCode; 22] = [
+    pub const ALL: [FailureCode; 21] = [
         Self::Gap,
-        Self::HistoryRewritten,
         Self::BranchMissing,
         Self::IcebergTableNotFound,
         Self::CatalogTimeout,
@@ -87,7 +84,6 @@ impl FailureCode {
     pub const fn as_str(self) -> &'static str {
         match self {
             Self::Gap => "gap",
-            Self::HistoryRewritten => "history_rewritten",
             Self::BranchMissing => "branch_missing",
             Self::IcebergTableNotFound => "iceberg_table_not_found",
             Self::CatalogTimeout => "catalog_timeout",

@@ -31,20 +31,27 @@ pub struct ChangeSetQuery {
 }
 
 /// One published change set: the events of one snapshot (or of the export at
-/// registration).
+/// registration, or of a reset).
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct ChangeSetView {
     /// Its place in the feed: 1 for the first change set, growing by one.
     pub ordinal: Int64,
-    /// The snapshot whose changes it holds.
+    /// The snapshot whose changes it holds (for a reset: the snapshot the branch went
+    /// back to).
     pub snapshot_id: Int64,
     /// Its sequence number.
     pub sequence_number: Int64,
-    /// The snapshot's operation (`append`, `overwrite`, `delete`, `replace`).
+    /// The snapshot's operation (`append`, `overwrite`, `delete`, `replace`), or `reset`.
     pub operation: String,
-    /// `snapshot`, or `export` for the table's state at registration.
+    /// `snapshot`; `export` for the table's state at registration; `reset` when the branch
+    /// was rolled back (or reset to another lineage) past the last published snapshot:
+    /// the events turn the state of `reset_from_snapshot_id` into the state of
+    /// `snapshot_id`.
     pub kind: String,
-    /// When the snapshot was committed.
+    /// For a reset: the snapshot the feed had reached when the branch went back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reset_from_snapshot_id: Option<Int64>,
+    /// When the snapshot was committed (for a reset: when the branch moved).
     pub committed_at: DateTime<Utc>,
     /// The Iceberg schema its rows were read with.
     pub schema_id: i32,
@@ -104,6 +111,7 @@ pub async fn list_change_sets(
         sequence_number: Int64(c.sequence_number),
         operation: c.operation,
         kind: c.kind,
+        reset_from_snapshot_id: c.reset_from_snapshot_id.map(Int64),
         committed_at: c.committed_at,
         schema_id: c.schema_id,
         event_count: c.event_count,

@@ -1,5 +1,7 @@
 //! Which snapshots are new: the ancestor chain of the branch head back to the
-//! checkpoint. A checkpoint that is no longer on that chain is an error, never a skip.
+//! checkpoint. A branch that went back past the checkpoint (rolled back, or reset to
+//! another lineage) is reset to the newest ancestor both share, then followed; history
+//! the chain cannot reach is an error, never a skip.
 
 use std::collections::HashSet;
 
@@ -11,8 +13,20 @@ use iceberg::util::snapshot::ancestors_of;
 pub struct Pending {
     /// The branch head, if the branch has any snapshot.
     pub head: Option<SnapshotRef>,
-    /// Snapshots after the checkpoint up to and including the head, oldest first.
+    /// The branch went back past the checkpoint: the checkpoint's state is to be replaced
+    /// by that of the newest ancestor both share, first.
+    pub reset: Option<Reset>,
+    /// Snapshots after the checkpoint (or `reset_to`) up to and including the head,
+    /// oldest first.
     pub snapshots: Vec<SnapshotRef>,
+}
+
+/// A branch that went back past the checkpoint, from the checkpoint to the newest of its
+/// ancestors the branch leads to again.
+#[derive(Clone, Debug)]
+pub struct Reset {
+    pub from: SnapshotRef,
+    pub to: SnapshotRef,
 }
 
 /// Why the history after a checkpoint cannot be followed.
@@ -54,24 +68,13 @@ pub enum LineageError {
         /// The branch followed.
         branch: String,
     },
-    /// The branch went back to, or forked from, an ancestor of the checkpoint.
-    #[error(
-        "checkpoint snapshot {checkpoint} is not an ancestor of the head {head} of branch \
-         {branch:?} (the branch was rolled back or replaced); refusing to skip or replay history"
-    )]
-    NotAncestor {
-        /// The checkpoint.
-        checkpoint: i64,
-        /// The current head of the branch.
-        head: i64,
-        /// The branch followed.
-        branch: String,
-    },
 }
 
 /// The snapshots of `branch` after `checkpoint` (`None`: the whole retained history).
 /// The checkpoint itself may have been expired: its child's manifests alone tell what
-/// the child changed (MERGE_ON_READ §1.5), so the chain only has to reach it by id.
+/// the child changed (MERGE_ON_READ §1.5), so the chain only has to reach it by id. A
+/// retained checkpoint the branch no longer leads to is reset from (MERGE_ON_READ §1.5,
+/// M8): its state and the shared ancestor's are both readable.
 pub fn pending_snapshots(
     metadata: &TableMetadataRef,
     branch: &str,
@@ -97,39 +100,37 @@ pub fn pending_snapshots(
             break;
         }
     }
+    let mut reset = None;
     if !reached {
         let checkpoint = checkpoint.expect("a checkpoint was not reached");
-        return Err(unreached(metadata, branch, checkpoint, &head, &snapshots));
+        // Empty when the checkpoint itself was expired.
+        let before_checkpoint: HashSet<i64> = ancestors_of(metadata, checkpoint)
+            .map(|s| s.snapshot_id())
+            .collect();
+        let shared = snapshots
+            .iter()
+            .position(|s| before_checkpoint.contains(&s.snapshot_id()));
+        let from = metadata.snapshot_by_id(checkpoint);
+        let (Some(shared), Some(from)) = (shared, from) else {
+            return Err(unreached(branch, checkpoint, &snapshots));
+        };
+        reset = Some(Reset {
+            from: from.clone(),
+            to: snapshots[shared].clone(),
+        });
+        snapshots.truncate(shared);
     }
     snapshots.reverse();
     Ok(Pending {
         head: Some(head),
+        reset,
         snapshots,
     })
 }
 
-/// Why the chain of `head` (`chain`, newest first) does not reach `checkpoint`.
-fn unreached(
-    metadata: &TableMetadataRef,
-    branch: &str,
-    checkpoint: i64,
-    head: &SnapshotRef,
-    chain: &[SnapshotRef],
-) -> LineageError {
-    // Empty when the checkpoint itself was expired.
-    let before_checkpoint: HashSet<i64> = ancestors_of(metadata, checkpoint)
-        .map(|s| s.snapshot_id())
-        .collect();
-    if chain
-        .iter()
-        .any(|s| before_checkpoint.contains(&s.snapshot_id()))
-    {
-        return LineageError::NotAncestor {
-            checkpoint,
-            head: head.snapshot_id(),
-            branch: branch.to_string(),
-        };
-    }
+/// Why the chain of the head (`chain`, newest first), which shares no snapshot with the
+/// checkpoint's history, does not reach `checkpoint`.
+fn unreached(branch: &str, checkpoint: i64, chain: &[SnapshotRef]) -> LineageError {
     let oldest = chain.last().expect("the chain starts at the head");
     match oldest.parent_snapshot_id() {
         Some(missing) => LineageError::Gap {
@@ -243,19 +244,51 @@ mod tests {
         assert!(unlinked.to_string().starts_with("gap: "));
     }
 
+    fn reset_to(pending: &Pending) -> Option<i64> {
+        let reset = pending.reset.as_ref()?;
+        assert_eq!(
+            reset.from.snapshot_id(),
+            3,
+            "resets start at the checkpoint"
+        );
+        Some(reset.to.snapshot_id())
+    }
+
     #[test]
-    fn a_rollback_is_not_a_gap() {
+    fn a_rollback_resets_to_the_shared_ancestor_and_follows_the_branch_from_there() {
         // Back to 2, the checkpoint's parent.
         let m = metadata(&[(1, None), (2, Some(1)), (3, Some(2))], 2);
+        let back = pending_snapshots(&m, "main", Some(3)).unwrap();
+        assert_eq!(reset_to(&back), Some(2));
+        assert_eq!(ids(back), [] as [i64; 0]);
+        // New commits on 1, forking from the checkpoint's history.
+        let m = metadata(
+            &[
+                (1, None),
+                (2, Some(1)),
+                (3, Some(2)),
+                (4, Some(1)),
+                (5, Some(4)),
+            ],
+            5,
+        );
+        let fork = pending_snapshots(&m, "main", Some(3)).unwrap();
+        assert_eq!(reset_to(&fork), Some(1));
+        assert_eq!(ids(fork), [4, 5]);
+        // Forward again to the snapshot rolled back from: an ordinary follow.
+        let m = metadata(&[(1, None), (2, Some(1)), (3, Some(2))], 3);
+        let forward = pending_snapshots(&m, "main", Some(1)).unwrap();
+        assert_eq!(reset_to(&forward), None);
+        assert_eq!(ids(forward), [2, 3]);
+    }
+
+    #[test]
+    fn a_branch_that_shares_nothing_with_an_expired_checkpoint_is_still_a_gap() {
+        // The checkpoint 3 was rolled back from and then expired with its parent 2.
+        let m = metadata(&[(1, None), (4, Some(1))], 4);
         assert!(matches!(
             pending_snapshots(&m, "main", Some(3)).unwrap_err(),
-            LineageError::NotAncestor { head: 2, .. }
-        ));
-        // A new commit on 1, forking from the checkpoint's history.
-        let m = metadata(&[(1, None), (2, Some(1)), (3, Some(2)), (4, Some(1))], 4);
-        assert!(matches!(
-            pending_snapshots(&m, "main", Some(3)).unwrap_err(),
-            LineageError::NotAncestor { head: 4, .. }
+            LineageError::Unlinked { .. } | LineageError::Gap { .. }
         ));
     }
 }

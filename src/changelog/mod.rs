@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 pub use deleted::{DataFileRef, DeleteCache};
 pub use deletes::DeleteRef;
-pub use lineage::{LineageError, Pending, pending_snapshots};
+pub use lineage::{LineageError, Pending, Reset, pending_snapshots};
 
 /// Rows of one data file that a change set reads: the rows no delete of `deletes`
 /// removes (all of them when there are none) and, with `only_deleted_by`, only those
@@ -145,6 +145,16 @@ pub async fn plan_snapshot(
     } else {
         Ok(SnapshotPlan::Rewrite { removed, added })
     }
+}
+
+/// The change from the state of snapshot `from` into the state of snapshot `to`, which
+/// need not be its descendant: a branch rolled back, or reset to another lineage.
+pub async fn plan_reset(
+    table: &Table,
+    from: &SnapshotRef,
+    to: &SnapshotRef,
+) -> Result<SnapshotPlan, PlanError> {
+    state::plan_reset(table, from, to).await
 }
 
 /// Every live row of `snapshot` as inserts: the initial export of a table.

@@ -78,15 +78,89 @@ pub(super) async fn plan_export_with_deletes(
     })
 }
 
-/// The change of the parent's state into the snapshot's.
-fn diff(entries: &Entries) -> Result<SnapshotPlan, DeleteError> {
-    let added: HashSet<&str> = entries.added_data.iter().map(String::as_str).collect();
-    let parent_deletes: Vec<&DeleteEntry> = entries
+/// The change from the state of `from` into the state of `to`, two snapshots of one
+/// table neither of which need be the other's parent (a branch rolled back, or reset to
+/// another lineage): §1.3 over the live files of both.
+pub(super) async fn plan_reset(
+    table: &Table,
+    from: &SnapshotRef,
+    to: &SnapshotRef,
+) -> Result<SnapshotPlan, PlanError> {
+    let mut states = Vec::with_capacity(2);
+    for snapshot in [from, to] {
+        let list = super::manifest_list(table, snapshot).await?;
+        match load(table, snapshot, &list).await? {
+            Ok(entries) => states.push(entries),
+            Err(reason) => return Ok(SnapshotPlan::Unsupported(reason)),
+        }
+    }
+    let now = states.pop().expect("two states");
+    let then = states.pop().expect("two states");
+    Ok(diff_states(then, now).unwrap_or_else(|e| SnapshotPlan::Unsupported(e.to_string())))
+}
+
+/// The change of state `then` into state `now`, by their live files.
+fn diff_states(then: Entries, now: Entries) -> Result<SnapshotPlan, DeleteError> {
+    let change = Entries {
+        added_data: now
+            .data
+            .keys()
+            .filter(|path| !then.data.contains_key(*path))
+            .cloned()
+            .collect(),
+        removed_data: then
+            .data
+            .into_values()
+            .filter(|f| !now.data.contains_key(&f.path))
+            .collect(),
+        data: now.data,
+        deletes: now.deletes,
+        ..Entries::default()
+    };
+    let (live_then, live_now): (HashSet<&DeleteRef>, HashSet<&DeleteRef>) = (
+        then.deletes.iter().map(|d| &d.delete).collect(),
+        change.deletes.iter().map(|d| &d.delete).collect(),
+    );
+    let changed = change
         .deletes
         .iter()
-        .filter(|d| !entries.added_deletes.contains(d.delete.path()))
+        .filter(|d| !live_then.contains(&d.delete))
+        .chain(
+            then.deletes
+                .iter()
+                .filter(|d| !live_now.contains(&d.delete)),
+        )
+        .collect();
+    compare(&change, then.deletes.iter().collect(), changed)
+}
+
+/// The change of the parent's state into the snapshot's.
+fn diff(entries: &Entries) -> Result<SnapshotPlan, DeleteError> {
+    let added = |d: &&DeleteEntry| entries.added_deletes.contains(d.delete.path());
+    let parent = entries
+        .deletes
+        .iter()
+        .filter(|d| !added(d))
         .chain(&entries.removed_deletes)
         .collect();
+    let changed = entries
+        .deletes
+        .iter()
+        .filter(added)
+        .chain(&entries.removed_deletes)
+        .collect();
+    compare(entries, parent, changed)
+}
+
+/// The rows of `entries`' state (its live files, and the data files it added and removed)
+/// that differ from those of the state before, whose live deletes were `parent_deletes`;
+/// `changed` are the deletes live in only one of the two.
+fn compare(
+    entries: &Entries,
+    parent_deletes: Vec<&DeleteEntry>,
+    changed: Vec<&DeleteEntry>,
+) -> Result<SnapshotPlan, DeleteError> {
+    let added: HashSet<&str> = entries.added_data.iter().map(String::as_str).collect();
     let (now, before) = (
         DeleteIndex::new(&entries.deletes),
         DeleteIndex::new(parent_deletes),
@@ -102,12 +176,6 @@ fn diff(entries: &Entries) -> Result<SnapshotPlan, DeleteError> {
         deleted.push(rows(file, before.applicable(file)?, None));
     }
     // Only files a changed delete can reach may have lost or regained rows.
-    let changed: Vec<&DeleteEntry> = entries
-        .deletes
-        .iter()
-        .filter(|d| entries.added_deletes.contains(d.delete.path()))
-        .chain(&entries.removed_deletes)
-        .collect();
     let global = changed.iter().any(|d| is_equality(d) && d.global);
     let scopes: HashSet<&Scope> = changed.iter().map(|d| &d.scope).collect();
     let referenced: HashSet<&str> = changed
@@ -408,6 +476,61 @@ mod tests {
         };
         assert!(removed.is_empty());
         assert_eq!(added[0].deletes, refs(&[&dv]));
+    }
+
+    #[test]
+    fn a_reset_compares_the_live_files_of_two_states_whatever_lies_between() {
+        // M8: from a state with f1 (vector a) and f2 back to one with f1 (vector b) and f3.
+        let (dv_a, dv_b) = (vector("a", 2, "f1"), vector("b", 3, "f1"));
+        let then = Entries {
+            data: [("f1", 1), ("f2", 1)]
+                .map(|(p, s)| (p.to_string(), data(p, s)))
+                .into_iter()
+                .collect(),
+            deletes: vec![dv_a.clone()],
+            ..Entries::default()
+        };
+        let now = Entries {
+            data: [("f1", 1), ("f3", 3)]
+                .map(|(p, s)| (p.to_string(), data(p, s)))
+                .into_iter()
+                .collect(),
+            deletes: vec![dv_b.clone()],
+            ..Entries::default()
+        };
+        let SnapshotPlan::Rewrite { removed, added } = diff_states(then, now).unwrap() else {
+            panic!()
+        };
+        let summary = |files: &[FileRows]| {
+            files
+                .iter()
+                .map(|f| (f.path.clone(), f.deletes.clone(), f.only_deleted_by.clone()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            summary(&removed),
+            [
+                ("f2".to_string(), vec![], None),
+                ("f1".to_string(), refs(&[&dv_a]), Some(refs(&[&dv_b]))),
+            ]
+        );
+        assert_eq!(
+            summary(&added),
+            [
+                ("f3".to_string(), vec![], None),
+                ("f1".to_string(), refs(&[&dv_b]), Some(refs(&[&dv_a]))),
+            ]
+        );
+        // Two equal states differ in nothing.
+        let same = || Entries {
+            data: [("f1".to_string(), data("f1", 1))].into_iter().collect(),
+            deletes: vec![dv_a.clone()],
+            ..Entries::default()
+        };
+        let SnapshotPlan::Inserts(files) = diff_states(same(), same()).unwrap() else {
+            panic!()
+        };
+        assert!(files.is_empty());
     }
 
     #[test]

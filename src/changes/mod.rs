@@ -2,6 +2,7 @@
 
 pub mod deleted_rows;
 pub mod json;
+pub mod key;
 pub mod position;
 pub mod segment;
 pub mod server_copy;
@@ -9,6 +10,7 @@ pub mod store;
 pub mod subscription_cursor;
 pub mod writer;
 
+pub use key::ChangeSetKey;
 pub use position::{CursorError, Position};
 pub use segment::{ReadSchema, SegmentFile, SegmentReader};
 pub use store::{ChangeStore, ChangeStoreError, StoredSegment};

@@ -22,7 +22,6 @@ use super::ReadSchema;
 use super::server_copy::S3Home;
 use crate::changelog::read::stream_data_file;
 use crate::changelog::{DeleteCache, FileRows};
-use crate::store::TableId;
 
 /// Source files up to this size are copied in one request; larger ones in parts.
 const SINGLE_PUT_LIMIT: u64 = 16 << 20;
@@ -144,29 +143,6 @@ impl ChangeStore {
 
     fn full(&self, key: &str) -> Path {
         self.root.parts().chain(Path::from(key).parts()).collect()
-    }
-
-    /// The key of segment `n` of `table`'s change set for `snapshot_id`.
-    pub fn segment_key(table: TableId, snapshot_id: i64, n: usize) -> String {
-        format!(
-            "{}/{n:06}.parquet",
-            Self::snapshot_prefix(table, snapshot_id)
-        )
-    }
-
-    /// The prefix of every segment of one snapshot's change set.
-    pub fn snapshot_prefix(table: TableId, snapshot_id: i64) -> String {
-        format!("tables/{table}/snapshots/{snapshot_id}")
-    }
-
-    /// The prefix of one snapshot's shuffle files, which are garbage once it is published.
-    pub fn shuffle_prefix(table: TableId, snapshot_id: i64) -> String {
-        format!("shuffle/{table}/{snapshot_id}")
-    }
-
-    /// Every prefix that holds objects of `table`: its change sets and its shuffles.
-    pub fn table_prefixes(table: TableId) -> Vec<String> {
-        vec![format!("tables/{table}"), format!("shuffle/{table}")]
     }
 
     /// Copies an Iceberg data file byte for byte into the store under `key`, after

@@ -51,6 +51,8 @@ pub struct EventSpans {
     pub before: Option<Range<usize>>,
     pub after: Option<Range<usize>>,
     pub sequence_number: i64,
+    /// The external version of its change set.
+    pub push_version: i64,
     /// As rendered: to the millisecond.
     pub committed_at: DateTime<Utc>,
 }
@@ -164,6 +166,7 @@ impl EventSink for JsonSink<'_> {
                     before,
                     after,
                     sequence_number: batch.segment.sequence_number,
+                    push_version: batch.segment.push_version,
                     committed_at: batch.segment.committed_at.trunc_subsecs(3),
                 });
             }

@@ -64,6 +64,8 @@ pub struct EventParts<'a> {
     pub before: Option<&'a [u8]>,
     pub after: Option<&'a [u8]>,
     pub sequence_number: i64,
+    /// The external version of its change set (see `store::change_sets`).
+    pub version: i64,
     pub committed_at: DateTime<Utc>,
 }
 
@@ -108,9 +110,11 @@ fn key_columns(raw: Option<&[u8]>) -> Result<Vec<String>, ItemError> {
     }
 }
 
-/// Builds the bulk item of one event (a line of [`super::JsonSink`] JSON) of `tables`.
+/// Builds the bulk item of one event (a line of [`super::JsonSink`] JSON) of `tables`,
+/// whose change set pushes external version `version`.
 pub fn item_for_event(
     line: &[u8],
+    version: i64,
     target: &PushTarget,
     tables: &[SourceTable],
 ) -> Result<BulkItem, ItemError> {
@@ -126,6 +130,7 @@ pub fn item_for_event(
         before: raw(event.before),
         after: raw(event.after),
         sequence_number: event.sequence_number.0,
+        version,
         committed_at: event.committed_at,
     };
     item_for_parts(&parts, target, table)
@@ -177,7 +182,7 @@ pub fn item_for_parts(
         index,
         id,
         routing,
-        version: event.sequence_number,
+        version: event.version,
         action,
     })
 }

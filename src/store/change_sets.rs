@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 
 use super::leases::{Lease, fence};
 use super::{Store, StoreError, TableId};
+use crate::changes::ChangeSetKey;
 
 /// Channel on which every publish is announced (payload: the table id).
 pub const CHANGES_CHANNEL: &str = "icefeed_changes";
@@ -14,11 +15,16 @@ pub const CHANGES_CHANNEL: &str = "icefeed_changes";
 /// A change set ready to publish.
 #[derive(Clone, Debug)]
 pub struct NewChangeSet {
+    /// The ordinal it was planned for: its objects are keyed by it, and it is published
+    /// only if the feed's last change set is still the one before.
+    pub ordinal: i64,
     pub snapshot_id: i64,
     pub sequence_number: i64,
     pub operation: String,
-    /// `export` or `snapshot`.
+    /// `export`, `snapshot` or `reset`.
     pub kind: &'static str,
+    /// For a reset: the checkpoint it went from.
+    pub reset_from: Option<i64>,
     pub committed_at: DateTime<Utc>,
     pub schema_id: i32,
     /// The Iceberg schema (JSON) the rows were read with.
@@ -49,6 +55,7 @@ pub struct ChangeSetRecord {
     pub sequence_number: i64,
     pub operation: String,
     pub kind: String,
+    pub reset_from_snapshot_id: Option<i64>,
     pub committed_at: DateTime<Utc>,
     pub schema_id: i32,
     pub event_count: i64,
@@ -69,11 +76,28 @@ pub struct SegmentRecord {
     pub sequence_number: i64,
     pub committed_at: DateTime<Utc>,
     pub schema_id: i32,
+    /// The external version its events carry in OpenSearch.
+    pub push_version: i64,
+}
+
+/// Push versions leave this many values free above every sequence number, for the
+/// change sets a reset publishes before the table's next commit.
+const VERSIONS_PER_SEQUENCE_NUMBER: i64 = 256;
+
+/// The external version of a change set with `sequence_number` published after one with
+/// version `last`: its sequence number, scaled, as long as that grows; one more than the
+/// last otherwise (a reset goes back to an older snapshot, and the rows it restores must
+/// still overwrite the newer ones).
+fn push_version(sequence_number: i64, last: i64) -> i64 {
+    sequence_number
+        .saturating_mul(VERSIONS_PER_SEQUENCE_NUMBER)
+        .max(last.saturating_add(1))
 }
 
 impl Store {
     /// Publishes a change set and advances the checkpoint in one transaction fenced by the
-    /// table lease; returns the change set's ordinal. Wakes every node's streams.
+    /// table lease, if the feed's last change set is still the one before `cs.ordinal`
+    /// (else `Conflict`: the plan is stale). Wakes every node's streams.
     pub async fn publish_change_set(
         &self,
         table: TableId,
@@ -82,13 +106,28 @@ impl Store {
     ) -> Result<i64, StoreError> {
         let mut tx = self.pool.begin().await?;
         fence(&mut tx, lease).await?;
-        let last: i64 =
-            sqlx::query_scalar("SELECT last_ordinal FROM source_tables WHERE id = $1 FOR UPDATE")
-                .bind(table)
-                .fetch_optional(&mut *tx)
-                .await?
-                .ok_or(StoreError::NotFound)?;
-        let ordinal = last + 1;
+        let (last, last_version): (i64, i64) = sqlx::query_as(
+            "SELECT last_ordinal, last_push_version FROM source_tables WHERE id = $1 FOR UPDATE",
+        )
+        .bind(table)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(StoreError::NotFound)?;
+        let ordinal = cs.ordinal;
+        if last + 1 != ordinal {
+            return Err(StoreError::Conflict(format!(
+                "change set {ordinal} was planned after change set {}, but the feed's last \
+                 is {last}",
+                ordinal - 1
+            )));
+        }
+        let version = push_version(cs.sequence_number, last_version);
+        let prefix = ChangeSetKey {
+            table,
+            ordinal,
+            snapshot_id: cs.snapshot_id,
+        }
+        .prefix();
         let event_count: i64 = cs.segments.iter().map(|s| s.event_count).sum();
 
         sqlx::query(
@@ -102,8 +141,9 @@ impl Store {
         .await?;
         sqlx::query(
             "INSERT INTO change_sets (table_id, ordinal, snapshot_id, sequence_number, operation, \
-               kind, committed_at, schema_id, event_count, published_by) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+               kind, reset_from_snapshot_id, committed_at, schema_id, event_count, published_by, \
+               prefix, push_version) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
         )
         .bind(table)
         .bind(ordinal)
@@ -111,13 +151,15 @@ impl Store {
         .bind(cs.sequence_number)
         .bind(&cs.operation)
         .bind(cs.kind)
+        .bind(cs.reset_from)
         .bind(cs.committed_at)
         .bind(cs.schema_id)
         .bind(event_count)
         .bind(&lease.owner)
+        .bind(&prefix)
+        .bind(version)
         .execute(&mut *tx)
-        .await
-        .map_err(|e| StoreError::from_unique(e, "snapshot already published"))?;
+        .await?;
 
         let mut first = Vec::with_capacity(cs.segments.len());
         let mut next = 0i64;
@@ -163,7 +205,7 @@ impl Store {
         // with the checkpoint: no reader sees the new checkpoint beside the old error, nor
         // a lag when it reached the head the last poll saw.
         sqlx::query(
-            "UPDATE source_tables SET last_ordinal = $2, mode = 'follow', \
+            "UPDATE source_tables SET last_ordinal = $2, last_push_version = $6, mode = 'follow', \
                checkpoint_snapshot_id = $3, checkpoint_sequence_number = $4, \
                checkpoint_committed_at = $5, last_error = NULL, last_error_code = NULL, \
                updated_at = now(), \
@@ -178,11 +220,13 @@ impl Store {
         .bind(cs.snapshot_id)
         .bind(cs.sequence_number)
         .bind(cs.committed_at)
+        .bind(version)
         .execute(&mut *tx)
         .await?;
-        sqlx::query("DELETE FROM tasks WHERE table_id = $1 AND snapshot_id = $2")
+        // Every plan for this ordinal is done with, the published one and any abandoned.
+        sqlx::query("DELETE FROM tasks WHERE table_id = $1 AND ordinal = $2")
             .bind(table)
-            .bind(cs.snapshot_id)
+            .bind(ordinal)
             .execute(&mut *tx)
             .await?;
         super::retention::queue_garbage(&mut tx, &cs.garbage, Duration::ZERO).await?;
@@ -206,7 +250,7 @@ impl Store {
         Ok(sqlx::query_as(
             "SELECT s.ordinal, s.segment_no, s.first_event, s.event_count, s.layout, s.path, \
                     s.size_bytes, s.deleted_rows, c.snapshot_id, c.sequence_number, \
-                    c.committed_at, c.schema_id \
+                    c.committed_at, c.schema_id, c.push_version \
                FROM segments s JOIN change_sets c USING (table_id, ordinal) \
               WHERE s.table_id = $1 \
                 AND (s.ordinal > $2 OR (s.ordinal = $2 AND s.first_event + s.event_count > $3)) \
@@ -228,8 +272,8 @@ impl Store {
         ordinal: i64,
     ) -> Result<Option<ChangeSetRecord>, StoreError> {
         Ok(sqlx::query_as(
-            "SELECT ordinal, snapshot_id, sequence_number, operation, kind, committed_at, \
-                    schema_id, event_count \
+            "SELECT ordinal, snapshot_id, sequence_number, operation, kind, \
+                    reset_from_snapshot_id, committed_at, schema_id, event_count \
                FROM change_sets WHERE table_id = $1 AND ordinal = $2",
         )
         .bind(table)
@@ -247,8 +291,8 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<ChangeSetRecord>, StoreError> {
         Ok(sqlx::query_as(
-            "SELECT ordinal, snapshot_id, sequence_number, operation, kind, committed_at, \
-                    schema_id, event_count \
+            "SELECT ordinal, snapshot_id, sequence_number, operation, kind, \
+                    reset_from_snapshot_id, committed_at, schema_id, event_count \
                FROM change_sets WHERE table_id = $1 AND ordinal < $2 \
               ORDER BY ordinal DESC LIMIT $3",
         )
@@ -272,5 +316,34 @@ impl Store {
         .bind(schema_id)
         .fetch_optional(&self.pool)
         .await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::push_version;
+
+    #[test]
+    fn push_versions_grow_with_every_change_set_also_past_a_reset() {
+        // Change sets published before versions were scaled pushed their sequence number.
+        let first = push_version(5, 5);
+        assert_eq!(first, 5 * 256);
+        let next = push_version(6, first);
+        assert_eq!(next, 6 * 256);
+        // A reset to sequence number 3, then the snapshots after it again, then a commit.
+        let reset = push_version(3, next);
+        let again = push_version(4, reset);
+        let again2 = push_version(5, again);
+        let commit = push_version(7, again2);
+        assert!(next < reset && reset < again && again < again2 && again2 < commit);
+        assert_eq!(commit, 7 * 256);
+        // More resets than the room between two sequence numbers still grow.
+        let mut last = commit;
+        for _ in 0..1000 {
+            let v = push_version(2, last);
+            assert!(v > last);
+            last = v;
+        }
+        assert!(push_version(8, last) > last);
     }
 }

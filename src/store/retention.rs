@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::{Store, StoreError, TableId};
-use crate::changes::{ChangeStore, Position};
+use crate::changes::{Position, key};
 
 /// A table's retention limits; all absent means change sets are kept forever.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -146,9 +146,9 @@ impl Store {
         let Some(through) = through else {
             return Ok(None);
         };
-        let removed: Vec<(i64, i64, i64)> = sqlx::query_as(
+        let removed: Vec<(i64, i64, i64, Option<String>)> = sqlx::query_as(
             "DELETE FROM change_sets WHERE table_id = $1 AND ordinal <= $2 \
-             RETURNING ordinal, snapshot_id, event_count",
+             RETURNING ordinal, snapshot_id, event_count, prefix",
         )
         .bind(table)
         .bind(through)
@@ -156,11 +156,14 @@ impl Store {
         .await?;
         let events = removed
             .iter()
-            .find(|(ordinal, _, _)| *ordinal == through)
-            .map_or(0, |(_, _, n)| *n);
+            .find(|(ordinal, ..)| *ordinal == through)
+            .map_or(0, |(_, _, n, _)| *n);
+        let change_sets = removed.len() as i64;
         let prefixes: Vec<String> = removed
-            .iter()
-            .map(|(_, snapshot, _)| ChangeStore::snapshot_prefix(table, *snapshot))
+            .into_iter()
+            .map(|(_, snapshot, _, prefix)| {
+                prefix.unwrap_or_else(|| key::legacy_prefix(table, snapshot))
+            })
             .collect();
         queue_garbage(&mut tx, &prefixes, grace).await?;
         sqlx::query(
@@ -176,7 +179,7 @@ impl Store {
         Ok(Some(Pruned {
             table,
             through,
-            change_sets: removed.len() as i64,
+            change_sets,
         }))
     }
 

@@ -389,18 +389,19 @@ impl Store {
         Ok(beyond(p, last, (floor_ordinal, floor_events), count))
     }
 
-    /// The ordinal of the change set published for `snapshot_id`, if any.
+    /// The ordinal of the change set published for `snapshot_id` (the newest, for a
+    /// snapshot published again after a rollback), if any.
     pub async fn ordinal_of_snapshot(
         &self,
         table: TableId,
         snapshot_id: i64,
     ) -> Result<Option<i64>, StoreError> {
         Ok(sqlx::query_scalar(
-            "SELECT ordinal FROM change_sets WHERE table_id = $1 AND snapshot_id = $2",
+            "SELECT max(ordinal) FROM change_sets WHERE table_id = $1 AND snapshot_id = $2",
         )
         .bind(table)
         .bind(snapshot_id)
-        .fetch_optional(&self.pool)
+        .fetch_one(&self.pool)
         .await?)
     }
 

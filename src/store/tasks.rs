@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::{Store, StoreError, TableId};
+use crate::changes::ChangeSetKey;
 use crate::failure::{Failure, FailureCode};
 
 /// A task this node claimed.
@@ -12,11 +13,24 @@ pub struct ClaimedTask {
     pub id: String,
     pub table_id: TableId,
     pub snapshot_id: i64,
+    /// The change set the task computes, by the ordinal it will be published at.
+    pub ordinal: i64,
     pub kind: String,
     pub payload: serde_json::Value,
     pub attempts: i32,
     pub owner: String,
     pub epoch: i64,
+}
+
+impl ClaimedTask {
+    /// The change set the task computes.
+    pub fn key(&self) -> ChangeSetKey {
+        ChangeSetKey {
+            table: self.table_id,
+            ordinal: self.ordinal,
+            snapshot_id: self.snapshot_id,
+        }
+    }
 }
 
 /// A task as its coordinator sees it.
@@ -28,7 +42,7 @@ pub struct TaskStatus {
     pub error: Option<String>,
 }
 
-/// Where the tasks of one kind of a snapshot stand.
+/// Where the tasks of one kind of a change set stand.
 #[derive(Debug)]
 pub struct TaskProgress {
     pub planned: i64,
@@ -46,22 +60,24 @@ pub struct TaskFailure {
 }
 
 impl Store {
-    /// Creates tasks unless they exist (same ids: planning again is a no-op).
+    /// Creates tasks of change set `key` unless they exist (same ids: planning again is
+    /// a no-op).
     pub async fn create_tasks(
         &self,
-        table: TableId,
-        snapshot_id: i64,
+        key: &ChangeSetKey,
         kind: &str,
         tasks: &[(String, serde_json::Value)],
     ) -> Result<(), StoreError> {
         let (ids, payloads): (Vec<String>, Vec<serde_json::Value>) = tasks.iter().cloned().unzip();
         sqlx::query(
-            "INSERT INTO tasks (id, table_id, snapshot_id, kind, payload) \
-             SELECT u.id, $1, $2, $3, u.payload FROM unnest($4::text[], $5::jsonb[]) AS u(id, payload) \
+            "INSERT INTO tasks (id, table_id, snapshot_id, ordinal, kind, payload) \
+             SELECT u.id, $1, $2, $3, $4, u.payload \
+               FROM unnest($5::text[], $6::jsonb[]) AS u(id, payload) \
              ON CONFLICT (id) DO NOTHING",
         )
-        .bind(table)
-        .bind(snapshot_id)
+        .bind(key.table)
+        .bind(key.snapshot_id)
+        .bind(key.ordinal)
         .bind(kind)
         .bind(&ids)
         .bind(&payloads)
@@ -94,7 +110,7 @@ impl Store {
                             WHERE (state = 'pending' AND (not_before IS NULL OR not_before <= now())) \
                                OR (state = 'running' AND expires_at <= now()) \
                             ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
-             RETURNING t.id, t.table_id, t.snapshot_id, t.kind, t.payload, t.attempts, \
+             RETURNING t.id, t.table_id, t.snapshot_id, t.ordinal, t.kind, t.payload, t.attempts, \
                        t.owner, t.epoch",
         )
         .bind(owner)
@@ -170,16 +186,15 @@ impl Store {
         Ok(())
     }
 
-    /// How many tasks of one kind of a snapshot there are and are done, and the failure of
-    /// a failed one: cheap enough to ask every few milliseconds.
+    /// How many tasks of one kind of change set `key` there are and are done, and the
+    /// failure of a failed one: cheap enough to ask every few milliseconds.
     pub async fn task_progress(
         &self,
-        table: TableId,
-        snapshot_id: i64,
+        key: &ChangeSetKey,
         kind: &str,
     ) -> Result<TaskProgress, StoreError> {
         type Progress = (i64, i64, Option<String>, Option<String>, Option<bool>);
-        // One failed task speaks for the snapshot: a permanent one if there is one.
+        // One failed task speaks for the change set: a permanent one if there is one.
         let (planned, done, error, code, permanent): Progress = sqlx::query_as(
             "SELECT count(*), count(*) FILTER (WHERE state = 'done'), \
                     (array_agg(coalesce(error, 'failed') ORDER BY permanent DESC, id) \
@@ -187,10 +202,11 @@ impl Store {
                     (array_agg(error_code ORDER BY permanent DESC, id) \
                        FILTER (WHERE state = 'failed'))[1], \
                     bool_or(permanent) FILTER (WHERE state = 'failed') \
-               FROM tasks WHERE table_id = $1 AND snapshot_id = $2 AND kind = $3",
+               FROM tasks WHERE table_id = $1 AND ordinal = $2 AND snapshot_id = $3 AND kind = $4",
         )
-        .bind(table)
-        .bind(snapshot_id)
+        .bind(key.table)
+        .bind(key.ordinal)
+        .bind(key.snapshot_id)
         .bind(kind)
         .fetch_one(&self.pool)
         .await?;
@@ -209,33 +225,31 @@ impl Store {
         })
     }
 
-    /// The tasks of one kind of a snapshot, by id.
-    pub async fn snapshot_tasks(
+    /// The tasks of one kind of change set `key`, by id.
+    pub async fn change_set_tasks(
         &self,
-        table: TableId,
-        snapshot_id: i64,
+        key: &ChangeSetKey,
         kind: &str,
     ) -> Result<Vec<TaskStatus>, StoreError> {
         Ok(sqlx::query_as(
             "SELECT id, state, result, error FROM tasks \
-             WHERE table_id = $1 AND snapshot_id = $2 AND kind = $3 ORDER BY id",
+             WHERE table_id = $1 AND ordinal = $2 AND snapshot_id = $3 AND kind = $4 \
+             ORDER BY id",
         )
-        .bind(table)
-        .bind(snapshot_id)
+        .bind(key.table)
+        .bind(key.ordinal)
+        .bind(key.snapshot_id)
         .bind(kind)
         .fetch_all(&self.pool)
         .await?)
     }
 
-    /// Forgets a snapshot's tasks (after publishing it, or to plan it afresh).
-    pub async fn delete_snapshot_tasks(
-        &self,
-        table: TableId,
-        snapshot_id: i64,
-    ) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM tasks WHERE table_id = $1 AND snapshot_id = $2")
-            .bind(table)
-            .bind(snapshot_id)
+    /// Forgets the tasks of change set `key` (to plan it afresh).
+    pub async fn delete_change_set_tasks(&self, key: &ChangeSetKey) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM tasks WHERE table_id = $1 AND ordinal = $2 AND snapshot_id = $3")
+            .bind(key.table)
+            .bind(key.ordinal)
+            .bind(key.snapshot_id)
             .execute(&self.pool)
             .await?;
         Ok(())

@@ -1,21 +1,24 @@
 //! Publishing a snapshot that removed data files: run its shuffle (see `shuffle`) and
 //! check what a compaction may not do.
 
-use iceberg::spec::{SchemaRef, SnapshotRef};
+use iceberg::spec::SchemaRef;
 use tokio_util::sync::CancellationToken;
 
 use super::shuffle::Shuffle;
 use super::sync::SyncError;
 use crate::changelog::FileRows;
+use crate::changes::ChangeSetKey;
 use crate::config::SchedulerSettings;
 use crate::failure::FailureCode;
-use crate::store::{NewSegment, SourceTable, Store};
+use crate::store::{NewSegment, Store};
 
-/// One rewrite snapshot to compute.
+/// One change set of removed and added rows to compute.
 pub struct Rewrite<'a> {
     pub store: &'a Store,
-    pub table: &'a SourceTable,
-    pub snapshot: &'a SnapshotRef,
+    /// The change set computed.
+    pub change_set: ChangeSetKey,
+    /// A compaction (`replace`) snapshot: its rows must not differ.
+    pub compaction: bool,
     pub schema: &'a SchemaRef,
     /// Indexes of the identifier columns in `schema`.
     pub key: Vec<usize>,
@@ -30,11 +33,10 @@ impl Rewrite<'_> {
         removed: Vec<FileRows>,
         added: Vec<FileRows>,
     ) -> Result<Vec<NewSegment>, SyncError> {
-        let snapshot_id = self.snapshot.snapshot_id();
+        let snapshot_id = self.change_set.snapshot_id;
         let shuffle = Shuffle {
             store: self.store,
-            table: self.table.id,
-            snapshot_id,
+            change_set: self.change_set,
             schema_id: self.schema.schema_id(),
             key: self.key.clone(),
             buckets: self.settings.shuffle_buckets,
@@ -43,12 +45,8 @@ impl Rewrite<'_> {
             stop: self.stop,
         };
         let outcome = shuffle.run(removed, added).await?;
-        if self.snapshot.summary().operation.as_str() == "replace"
-            && outcome.deleted + outcome.inserted > 0
-        {
-            self.store
-                .delete_snapshot_tasks(self.table.id, snapshot_id)
-                .await?;
+        if self.compaction && outcome.deleted + outcome.inserted > 0 {
+            self.store.delete_change_set_tasks(&self.change_set).await?;
             return Err(SyncError::unpublishable(
                 snapshot_id,
                 FailureCode::DataInvalid,

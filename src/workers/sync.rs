@@ -14,9 +14,12 @@ use crate::catalog::{
     CatalogCache, CatalogConfig, CatalogError, StorageFault, parse_ident, storage_cause,
 };
 use crate::changelog::{
-    self, DataFileRef, DeleteCache, FileRows, LineageError, PlanError, SnapshotPlan, key_indexes,
+    self, DataFileRef, DeleteCache, FileRows, LineageError, PlanError, Reset, SnapshotPlan,
+    key_indexes,
 };
-use crate::changes::{ChangeStore, ChangeStoreError, ReadSchema, StoredSegment, deleted_rows};
+use crate::changes::{
+    ChangeSetKey, ChangeStore, ChangeStoreError, ReadSchema, StoredSegment, deleted_rows,
+};
 use crate::config::SchedulerSettings;
 use crate::failure::{Failure, FailureCode};
 use crate::store::{Lease, NewChangeSet, NewSegment, PollOutcome, SourceTable, Store, StoreError};
@@ -182,12 +185,17 @@ impl TableSync<'_> {
         let iceberg = self.load(table).await?;
         let metadata = iceberg.metadata_ref();
 
+        // Each change set is planned for the ordinal after the last: its objects and
+        // tasks are keyed by it, and it is published only if that still holds.
+        let mut ordinal = table.last_ordinal + 1;
         let mut checkpoint = table.checkpoint_snapshot_id;
         if table.export_pending() {
             match metadata.snapshot_for_ref(&table.branch) {
                 Some(head) => {
                     let plan = changelog::plan_export(&iceberg, head).await?;
-                    self.publish(table, &iceberg, head, plan, "export").await?;
+                    self.publish(table, &iceberg, head, plan, Kind::Export, ordinal)
+                        .await?;
+                    ordinal += 1;
                     checkpoint = Some(head.snapshot_id());
                 }
                 // An empty table has nothing to export: follow it from its first commit.
@@ -197,6 +205,23 @@ impl TableSync<'_> {
 
         let pending = changelog::pending_snapshots(&metadata, &table.branch, checkpoint)
             .map_err(|e| lineage_error(e, checkpoint))?;
+        let moved_at = moved_at(&iceberg);
+        if let Some(Reset { from, to }) = &pending.reset {
+            let kind = Kind::Reset {
+                from: from.snapshot_id(),
+                at: moved_at,
+            };
+            let published = match changelog::plan_reset(&iceberg, from, to).await {
+                Ok(plan) => self.publish(table, &iceberg, to, plan, kind, ordinal).await,
+                Err(e) => Err(e.into()),
+            };
+            if let Err(e) = published {
+                let behind = outcome(&pending.head, true, &pending.snapshots, moved_at);
+                self.record_lag_while_waiting(table, &e, behind).await;
+                return Err(e);
+            }
+            ordinal += 1;
+        }
         for (i, snapshot) in pending.snapshots.iter().enumerate() {
             if self.stop.is_cancelled() {
                 return Err(SyncError::Abandoned);
@@ -208,22 +233,32 @@ impl TableSync<'_> {
                 .filter(|p| metadata.snapshot_by_id(*p).is_none());
             let published = match changelog::plan_snapshot(&iceberg, snapshot).await {
                 Ok(plan) => {
-                    self.publish(table, &iceberg, snapshot, plan, "snapshot")
+                    self.publish(table, &iceberg, snapshot, plan, Kind::Snapshot, ordinal)
                         .await
                 }
                 Err(e) => Err(e.into()),
             };
             if let Err(e) = published.map_err(|e| e.in_gap(snapshot.snapshot_id(), expired_parent))
             {
-                if let SyncError::Transient(_) = e {
-                    // Keep the lag figures right even when a publish has to wait.
-                    let outcome = outcome(&pending.head, &pending.snapshots[i..]);
-                    let _ = self.store.record_lag(table.id, self.lease, &outcome).await;
-                }
+                let behind = outcome(&pending.head, false, &pending.snapshots[i..], moved_at);
+                self.record_lag_while_waiting(table, &e, behind).await;
                 return Err(e);
             }
+            ordinal += 1;
         }
-        Ok(outcome(&pending.head, &[]))
+        Ok(outcome(&pending.head, false, &[], moved_at))
+    }
+
+    /// Keeps the lag figures right when a publish has to wait.
+    async fn record_lag_while_waiting(
+        &self,
+        table: &SourceTable,
+        e: &SyncError,
+        outcome: PollOutcome,
+    ) {
+        if let SyncError::Transient(_) = e {
+            let _ = self.store.record_lag(table.id, self.lease, &outcome).await;
+        }
     }
 
     /// What a poll of a paused table sees, publishing nothing: how far the feed is
@@ -234,12 +269,18 @@ impl TableSync<'_> {
         if table.export_pending() {
             let head = metadata.snapshot_for_ref(&table.branch).cloned();
             let export: Vec<_> = head.iter().cloned().collect();
-            return Ok(outcome(&head, &export));
+            return Ok(outcome(&head, false, &export, moved_at(&iceberg)));
         }
         let checkpoint = table.checkpoint_snapshot_id;
         let pending = changelog::pending_snapshots(&metadata, &table.branch, checkpoint)
             .map_err(|e| lineage_error(e, checkpoint))?;
-        Ok(outcome(&pending.head, &pending.snapshots))
+        let reset = pending.reset.is_some();
+        Ok(outcome(
+            &pending.head,
+            reset,
+            &pending.snapshots,
+            moved_at(&iceberg),
+        ))
     }
 
     async fn load(&self, table: &SourceTable) -> Result<Table, SyncError> {
@@ -253,12 +294,12 @@ impl TableSync<'_> {
     /// only the rows a surviving file regained are written anew.
     async fn copy_inserts(
         &self,
-        table: &SourceTable,
         iceberg: &Table,
-        snapshot_id: i64,
+        stored_as: ChangeSetKey,
         schema: &ReadSchema,
         files: Vec<FileRows>,
     ) -> Result<Vec<NewSegment>, SyncError> {
+        let snapshot_id = stored_as.snapshot_id;
         let copy = InsertCopy {
             changes: self.changes,
             file_io: iceberg.file_io(),
@@ -276,7 +317,7 @@ impl TableSync<'_> {
                 if stop.is_cancelled() {
                     return Err(SyncError::Abandoned);
                 }
-                let key = ChangeStore::segment_key(table.id, snapshot_id, n);
+                let key = stored_as.segment(n);
                 copy.segment(&file, &key)
                     .await
                     .map_err(|e| copy_error(e, snapshot_id))
@@ -289,15 +330,23 @@ impl TableSync<'_> {
         Ok(segments.into_iter().flatten().collect())
     }
 
+    /// Computes the change set of `plan`, which holds the changes (or for a reset, the
+    /// state) of `snapshot`, and publishes it at `ordinal`.
     async fn publish(
         &self,
         table: &SourceTable,
         iceberg: &Table,
         snapshot: &SnapshotRef,
         plan: SnapshotPlan,
-        kind: &'static str,
+        kind: Kind,
+        ordinal: i64,
     ) -> Result<(), SyncError> {
         let snapshot_id = snapshot.snapshot_id();
+        let stored_as = ChangeSetKey {
+            table: table.id,
+            ordinal,
+            snapshot_id,
+        };
         let metadata = iceberg.metadata();
         let schema = snapshot
             .schema_id()
@@ -308,19 +357,19 @@ impl TableSync<'_> {
             SyncError::unpublishable(snapshot_id, FailureCode::IdentifierColumnsInvalid, reason)
         })?;
         let shuffled = matches!(plan, SnapshotPlan::Rewrite { .. });
+        let operation = snapshot.summary().operation.as_str();
         let segments = match plan {
             SnapshotPlan::Inserts(files) => {
                 let read = ReadSchema::new(schema).map_err(|e| {
                     SyncError::unpublishable(snapshot_id, FailureCode::Unsupported, e)
                 })?;
-                self.copy_inserts(table, iceberg, snapshot_id, &read, files)
-                    .await?
+                self.copy_inserts(iceberg, stored_as, &read, files).await?
             }
             SnapshotPlan::Rewrite { removed, added } => {
                 let rewrite = Rewrite {
                     store: self.store,
-                    table,
-                    snapshot,
+                    change_set: stored_as,
+                    compaction: matches!(kind, Kind::Snapshot) && operation == "replace",
                     schema,
                     key,
                     settings: self.settings,
@@ -336,29 +385,49 @@ impl TableSync<'_> {
                 ));
             }
         };
+        let (reset_from, committed_at) = match kind {
+            Kind::Reset { from, at } => (Some(from), at),
+            _ => (None, committed_at(snapshot)),
+        };
         let change_set = NewChangeSet {
+            ordinal,
             snapshot_id,
             sequence_number: snapshot.sequence_number(),
-            operation: snapshot.summary().operation.as_str().to_string(),
-            kind,
-            committed_at: committed_at(snapshot),
+            operation: match kind {
+                Kind::Reset { .. } => "reset",
+                _ => operation,
+            }
+            .to_string(),
+            kind: kind.as_str(),
+            reset_from,
+            committed_at,
             schema_id: schema.schema_id(),
             schema: serde_json::to_value(schema.as_ref())
                 .map_err(|e| SyncError::transient(FailureCode::Internal, e))?,
             segments,
             garbage: if shuffled {
-                vec![ChangeStore::shuffle_prefix(table.id, snapshot_id)]
+                vec![stored_as.shuffle_prefix()]
             } else {
                 Vec::new()
             },
         };
-        let ordinal = self
+        match self
             .store
             .publish_change_set(table.id, self.lease, &change_set)
-            .await?;
+            .await
+        {
+            Ok(_) => {}
+            // Another publish got there first (an operator's action): plan afresh.
+            Err(StoreError::Conflict(reason)) => {
+                tracing::info!(table = %table.table_name, ordinal, %reason, "stale plan dropped");
+                return Err(SyncError::Abandoned);
+            }
+            Err(e) => return Err(e.into()),
+        }
         let rows: i64 = change_set.segments.iter().map(|s| s.event_count).sum();
         metrics::counter!("icefeed_scheduler_rows_published_total").increment(rows as u64);
         metrics::counter!("icefeed_scheduler_change_sets_published_total").increment(1);
+        let kind = kind.as_str();
         tracing::info!(table = %table.table_name, snapshot_id, ordinal, rows, kind, "published change set");
         Ok(())
     }
@@ -432,12 +501,52 @@ fn inserts(stored: StoredSegment, deleted: u64, deleted_rows: Option<String>) ->
     }
 }
 
-fn outcome(head: &Option<SnapshotRef>, pending: &[SnapshotRef]) -> PollOutcome {
+/// What a change set is of.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    /// The table's state at registration, as inserts.
+    Export,
+    /// One snapshot's changes.
+    Snapshot,
+    /// From the state of checkpoint `from` to the snapshot's: the branch moved there at
+    /// `at`.
+    Reset { from: i64, at: DateTime<Utc> },
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Export => "export",
+            Kind::Snapshot => "snapshot",
+            Kind::Reset { .. } => "reset",
+        }
+    }
+}
+
+/// What a poll saw: the head, and what is not published yet: a reset (one change set,
+/// behind since the branch moved at `moved_at`) and the snapshots `waiting`.
+fn outcome(
+    head: &Option<SnapshotRef>,
+    reset: bool,
+    waiting: &[SnapshotRef],
+    moved_at: DateTime<Utc>,
+) -> PollOutcome {
     PollOutcome {
         head_snapshot_id: head.as_ref().map(|h| h.snapshot_id()),
-        snapshots_behind: pending.len() as i64,
-        oldest_pending_committed_at: pending.first().map(committed_at),
+        snapshots_behind: waiting.len() as i64 + i64::from(reset),
+        oldest_pending_committed_at: if reset {
+            Some(moved_at)
+        } else {
+            waiting.first().map(committed_at)
+        },
     }
+}
+
+/// When the table's metadata last changed: for a branch rolled back, when it moved.
+fn moved_at(iceberg: &Table) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(iceberg.metadata().last_updated_ms())
+        .single()
+        .unwrap_or_default()
 }
 
 /// When a snapshot was committed.
@@ -451,7 +560,6 @@ fn lineage_error(e: LineageError, checkpoint: Option<i64>) -> SyncError {
     let code = match e {
         LineageError::BranchMissing(_) => FailureCode::BranchMissing,
         LineageError::Gap { .. } | LineageError::Unlinked { .. } => FailureCode::Gap,
-        LineageError::NotAncestor { .. } => FailureCode::HistoryRewritten,
     };
     SyncError::Table {
         failure: Failure::new(code, e.to_string()),

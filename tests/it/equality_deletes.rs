@@ -18,11 +18,12 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::diffing::change;
-use crate::support::{Node, id_json, id64, image};
+use crate::support::{Node, id_json, id64, image, wait_until};
 
 // ---------------------------------------------------------------------------------------
 // The cases
@@ -1353,46 +1354,298 @@ async fn snapshots_expired_before_they_were_published_are_followed_or_named_a_ga
     node.shutdown().await;
 }
 
-/// A branch rolled back past the checkpoint stops the table with `history_rewritten`,
-/// naming both snapshots, instead of replaying or skipping history (M8, as it stands).
-#[tokio::test]
-async fn a_branch_rolled_back_past_the_checkpoint_stops_as_history_rewritten() {
+/// The change sets of table `id`, oldest first, each with its events.
+async fn change_sets_with_events(node: &Node, id: &str) -> Vec<(Value, Vec<Value>)> {
+    let (status, listing) = node
+        .get(&format!("/v1/tables/{id}/change-sets?limit=1000"))
+        .await;
+    assert_eq!(status, 200, "{listing}");
+    let mut out = Vec::new();
+    for c in listing["change_sets"].as_array().unwrap().iter().rev() {
+        let count = c["event_count"].as_i64().unwrap() as usize;
+        let (mut events, _) = node
+            .all_events(id, Some(c["position"].as_str().unwrap()), 500)
+            .await;
+        events.truncate(count);
+        out.push((c.clone(), events));
+    }
+    out
+}
+
+/// Events as the oracle's changes, sorted.
+fn changes_of(events: &[Value]) -> Vec<String> {
+    let member = |e: &Value, name: &str| e.get(name).cloned().unwrap_or(Value::Null);
+    let mut changes: Vec<String> = events
+        .iter()
+        .map(|e| {
+            change(
+                e["op"].as_str().unwrap(),
+                &member(e, "key"),
+                &member(e, "before"),
+                &member(e, "after"),
+            )
+        })
+        .collect();
+    changes.sort();
+    changes
+}
+
+/// The rows of the writer's `scan` outputs in `stdout`, in order.
+fn scans(stdout: &str) -> Vec<Vec<Value>> {
+    stdout
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .filter(|v| v["op"] == "scan")
+        .map(|v| v["rows"].as_array().unwrap().clone())
+        .collect()
+}
+
+/// A branch rolled back past the checkpoint publishes a `reset` change set that turns
+/// the checkpoint's state into the state rolled back to (MERGE_ON_READ M8), exactly as
+/// Iceberg Java's reads of the two states differ; rolled forward again, the snapshots are
+/// followed (and published) again; reset to a new lineage, the shared ancestor's state
+/// comes first and the new snapshots follow. Replaying the whole feed gives the table's
+/// rows at every step. Merge-on-read (equality and position deletes or vectors) and
+/// copy-on-write snapshots, on v2 and v3 tables.
+async fn rollbacks_reset_the_feed_to_the_state_rolled_back_to(format_version: u8) {
     let warehouse = tempfile::tempdir().unwrap();
-    let mut create_table = create(2, false);
-    create_table["table"] = json!("eq.rolled");
+    let name = format!("eq.rolled{format_version}");
+    let mut create_table = create(format_version, true);
+    create_table["table"] = json!(name);
     let first = run_writer(
         warehouse.path(),
         vec![
             create_table,
-            append("S0", vec![file("F1", vec![p(1, "a")])]),
-            append("S1", vec![file("F2", vec![p(2, "b")])]),
+            s0(),
+            row_delta(
+                "S1",
+                vec![file("F3", vec![p(2, "B")])],
+                vec![ed_ids("ED1", &[2])],
+                vec![pd("PD1", "F2", &[0])],
+            ),
+            append("S2", vec![file("F4", vec![p(6, "f")])]),
+            json!({"op": "overwrite", "name": "S3", "remove": ["F1"],
+                   "add": [file("F1b", vec![p(1, "A"), p(3, "c")])]}),
         ],
     )
     .unwrap();
-    let [s0, s1] = committed(&first).try_into().unwrap();
+    let [s0, s1, s2, s3] = committed(&first).try_into().unwrap();
     let (node, _store) = Node::start_fresh().await;
     let body = json!({
         "catalog": {"type": "filesystem",
                     "warehouse": format!("file://{}", warehouse.path().display())},
-        "table": "eq.rolled", "poll_interval_ms": 100,
+        "table": name, "start": "earliest", "poll_interval_ms": 100,
     });
     let id = node.register(&body).await;
-    node.wait_for_checkpoint(&id, s1).await;
+    node.wait_for_checkpoint(&id, s3).await;
+    let published = |n: usize| {
+        let (node, id) = (&node, &id);
+        async move {
+            wait_until(Duration::from_secs(30), || async {
+                let sets = change_sets_with_events(node, id).await;
+                (sets.len() >= n).then_some(sets)
+            })
+            .await
+        }
+    };
+    let key = vec!["id".to_string()];
+
+    // Back to S1: one reset from S3's state to S1's.
+    let back = run_writer(
+        warehouse.path(),
+        vec![
+            json!({"op": "scan", "table": name, "snapshot": s3}),
+            json!({"op": "rollback", "snapshot_id": s1}),
+            json!({"op": "scan", "snapshot": s1}),
+        ],
+    )
+    .unwrap();
+    let [at_s3, at_s1]: [Vec<Value>; 2] = scans(&back).try_into().unwrap();
+    let sets = published(5).await;
+    let (reset, events) = &sets[4];
+    assert_eq!(
+        (&reset["kind"], &reset["operation"]),
+        (&json!("reset"), &json!("reset"))
+    );
+    assert_eq!(reset["snapshot_id"], id_json(s1));
+    assert_eq!(reset["reset_from_snapshot_id"], id_json(s3));
+    let want = state_difference(&at_s3, &at_s1, &key);
+    assert!(!want.is_empty());
+    assert_eq!(changes_of(events), want, "the reset from S3 back to S1");
+    let table = node.wait_for_checkpoint(&id, s1).await;
+    assert_eq!(table["state"], "active");
+
+    // Forward again to S3: S2 and S3 are published again, each exactly.
+    let forward = run_writer(
+        warehouse.path(),
+        vec![
+            json!({"op": "set_current", "table": name, "snapshot_id": s3}),
+            json!({"op": "scan", "snapshot": s2}),
+        ],
+    )
+    .unwrap();
+    let [at_s2]: [Vec<Value>; 1] = scans(&forward).try_into().unwrap();
+    let sets = published(7).await;
+    for (n, snapshot, parent, rows) in [(5, s2, &at_s1, &at_s2), (6, s3, &at_s2, &at_s3)] {
+        let (c, events) = &sets[n];
+        assert_eq!(
+            (&c["kind"], &c["snapshot_id"]),
+            (&json!("snapshot"), &id_json(snapshot))
+        );
+        assert_eq!(changes_of(events), state_difference(parent, rows, &key));
+    }
+
+    // Reset to a new lineage: back to S0 and a new commit on it.
+    let fork = run_writer(
+        warehouse.path(),
+        vec![
+            json!({"op": "rollback", "table": name, "snapshot_id": s0}),
+            json!({"op": "scan", "snapshot": "current"}),
+            append("S5", vec![file("F5", vec![p(7, "g"), p(8, "h")])]),
+            json!({"op": "scan", "snapshot": "current"}),
+        ],
+    )
+    .unwrap();
+    let s5 = *committed(&fork).last().unwrap();
+    let [at_s0, at_s5]: [Vec<Value>; 2] = scans(&fork).try_into().unwrap();
+    node.wait_for_checkpoint(&id, s5).await;
+    let sets = published(9).await;
+    let ((reset, to_s0), (next, to_s5)) = (&sets[7], &sets[8]);
+    assert_eq!(reset["kind"], "reset");
+    assert_eq!(reset["reset_from_snapshot_id"], id_json(s3));
+    assert_eq!(changes_of(to_s0), state_difference(&at_s3, &at_s0, &key));
+    assert_eq!(next["snapshot_id"], id_json(s5));
+    assert_eq!(changes_of(to_s5), state_difference(&at_s0, &at_s5, &key));
+
+    // The whole feed, replayed by key, is the table as it is now.
+    let mut state: BTreeMap<i64, Value> = BTreeMap::new();
+    for (_, events) in &sets {
+        for e in events {
+            let row = image(e).clone();
+            let id = row["id"].as_i64().unwrap();
+            match e["op"].as_str().unwrap() {
+                "delete" => assert!(state.remove(&id).is_some(), "{e}"),
+                _ => drop(state.insert(id, row)),
+            }
+        }
+    }
+    let mut now: Vec<Value> = at_s5
+        .iter()
+        .map(|r| {
+            let mut r = r.clone();
+            r.as_object_mut()
+                .unwrap()
+                .retain(|k, _| !k.starts_with('_'));
+            r
+        })
+        .collect();
+    now.sort_by_key(|r| r["id"].as_i64());
+    assert_eq!(state.into_values().collect::<Vec<_>>(), now);
+    node.shutdown().await;
+}
+
+#[tokio::test]
+async fn rollbacks_reset_the_feed_to_the_state_rolled_back_to_v2() {
+    rollbacks_reset_the_feed_to_the_state_rolled_back_to(2).await;
+}
+
+#[tokio::test]
+async fn rollbacks_reset_the_feed_to_the_state_rolled_back_to_v3() {
+    rollbacks_reset_the_feed_to_the_state_rolled_back_to(3).await;
+}
+
+/// A push subscription keeps its index equal to the table through a rollback and a roll
+/// forward: the reset's versions beat the documents of the snapshots it undoes, and the
+/// snapshots published again beat the reset's.
+#[tokio::test]
+async fn a_push_subscription_follows_a_rollback_and_a_roll_forward() {
+    use crate::push::{documents, push_node, target, unique_index};
+
+    let warehouse = tempfile::tempdir().unwrap();
+    let mut create_table = create(2, true);
+    create_table["table"] = json!("eq.pushed");
+    let first = run_writer(
+        warehouse.path(),
+        vec![
+            create_table,
+            s0(),
+            row_delta(
+                "S1",
+                vec![file("F3", vec![p(2, "B")])],
+                vec![ed_ids("ED1", &[2])],
+                vec![pd("PD1", "F2", &[0])],
+            ),
+            json!({"op": "scan", "snapshot": "current"}),
+        ],
+    )
+    .unwrap();
+    let [s0, s1, _] = committed(&first).try_into().unwrap();
+    let [at_s1]: [Vec<Value>; 1] = scans(&first).try_into().unwrap();
+    let (node, _dir) = push_node().await;
+    let table = node
+        .register(&json!({
+            "catalog": {"type": "filesystem",
+                        "warehouse": format!("file://{}", warehouse.path().display())},
+            "table": "eq.pushed", "start": "earliest", "poll_interval_ms": 100,
+        }))
+        .await;
+    let index = unique_index("rollback");
+    let (status, sub) = node
+        .post(
+            "/v1/subscriptions",
+            &json!({"name": index, "tables": [table], "kind": "opensearch",
+                    "target": target(&crate::support::opensearch_url(), &index, json!({}))}),
+        )
+        .await;
+    assert_eq!(status, 201, "{sub}");
+    let index_holds = |rows: Vec<Value>| {
+        let index = index.clone();
+        let want: BTreeMap<String, Value> = rows
+            .into_iter()
+            .map(|mut r| {
+                r.as_object_mut()
+                    .unwrap()
+                    .retain(|k, _| !k.starts_with('_'));
+                (r["id"].to_string(), r)
+            })
+            .collect();
+        async move {
+            wait_until(Duration::from_secs(60), || async {
+                // The first batch creates the index.
+                let url = format!("{}/{index}", crate::support::opensearch_url());
+                let head = reqwest::Client::new().head(url).send().await.unwrap();
+                if !head.status().is_success() {
+                    return None;
+                }
+                let have: BTreeMap<String, Value> = documents(&index)
+                    .await
+                    .into_iter()
+                    .map(|(id, (_, source))| (id, source))
+                    .collect();
+                (have == want).then_some(())
+            })
+            .await
+        }
+    };
+    index_holds(at_s1.clone()).await;
+
+    let back = run_writer(
+        warehouse.path(),
+        vec![
+            json!({"op": "rollback", "table": "eq.pushed", "snapshot_id": s0}),
+            json!({"op": "scan", "snapshot": "current"}),
+        ],
+    )
+    .unwrap();
+    let [at_s0]: [Vec<Value>; 1] = scans(&back).try_into().unwrap();
+    assert_ne!(at_s0, at_s1);
+    index_holds(at_s0).await;
 
     run_writer(
         warehouse.path(),
-        vec![json!({"op": "rollback", "table": "eq.rolled", "snapshot_id": s0})],
+        vec![json!({"op": "set_current", "table": "eq.pushed", "snapshot_id": s1})],
     )
     .unwrap();
-    let stopped = node.wait_for_state(&id, "error").await;
-    assert_eq!(stopped["last_error_code"], "history_rewritten", "{stopped}");
-    let error = stopped["last_error"].as_str().unwrap();
-    assert!(
-        error.contains(&format!(
-            "checkpoint snapshot {s1} is not an ancestor of the head {s0}"
-        )),
-        "{error}"
-    );
-    assert_eq!(stopped["checkpoint"]["snapshot_id"], id_json(s1));
+    index_holds(at_s1).await;
     node.shutdown().await;
 }

@@ -400,7 +400,8 @@ async fn missing_change_data_is_named_and_recovers_when_restored() {
     let missing = |problem: Value| {
         let segment = problem["segment"].as_str().unwrap().to_string();
         assert!(
-            segment.starts_with(&format!("tables/{id}/snapshots/{}/", head(&t))),
+            segment.starts_with(&format!("tables/{id}/change-sets/"))
+                && segment.contains(&format!("-{}/", head(&t))),
             "{problem}"
         );
         assert!(problem["detail"].as_str().unwrap().contains(&segment));

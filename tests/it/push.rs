@@ -67,8 +67,10 @@ fn batch(rows: &BTreeMap<i64, Row>) -> RecordBatch {
     RecordBatch::try_new(arrow, columns).unwrap()
 }
 
-fn sequence_number(t: &Table) -> i64 {
-    t.metadata().current_snapshot().unwrap().sequence_number()
+/// The external version the changes of `t`'s current snapshot are pushed with: its
+/// sequence number times 256 (see README, push subscriptions).
+fn version(t: &Table) -> i64 {
+    t.metadata().current_snapshot().unwrap().sequence_number() * 256
 }
 
 impl Model {
@@ -82,7 +84,7 @@ impl Model {
         let t = wh.append(t, &[batch(&new)]).await;
         for (id, row) in new {
             self.rows.insert(id, row);
-            self.versions.insert(id, sequence_number(&t));
+            self.versions.insert(id, version(&t));
         }
         t
     }
@@ -97,7 +99,7 @@ impl Model {
         let before = self.rows.clone();
         change(&mut self.rows);
         let t = wh.overwrite_all(t, &[batch(&self.rows)]).await;
-        let seq = sequence_number(&t);
+        let seq = version(&t);
         for (id, row) in &self.rows {
             if before.get(id) != Some(row) {
                 self.versions.insert(*id, seq);
@@ -162,12 +164,12 @@ async fn history(wh: &Warehouse, model: &mut Model) -> Table {
         .await
 }
 
-fn unique_index(test: &str) -> String {
+pub(crate) fn unique_index(test: &str) -> String {
     format!("icefeed-push-{test}-{}", uuid::Uuid::new_v4().simple())
 }
 
 /// A push target at `endpoint`, one shard, with extra fields merged in.
-fn target(endpoint: &str, index: &str, extra: Value) -> Value {
+pub(crate) fn target(endpoint: &str, index: &str, extra: Value) -> Value {
     let mut target = json!({
         "endpoints": [endpoint], "index": index,
         "index_settings": {"number_of_shards": 1, "number_of_replicas": 0},
@@ -206,7 +208,7 @@ fn push_settings(s: &mut icefeed::config::Settings) {
     s.push.backoff = Duration::from_millis(300);
 }
 
-async fn push_node() -> (Node, tempfile::TempDir) {
+pub(crate) async fn push_node() -> (Node, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let mut settings = test_settings(&fresh_database().await, dir.path());
     push_settings(&mut settings);
@@ -278,7 +280,7 @@ fn states(metrics: &str, sub_label: &str) -> Vec<Option<f64>> {
 }
 
 /// Every document of `index`: id → (version, source).
-async fn documents(index: &str) -> BTreeMap<String, (i64, Value)> {
+pub(crate) async fn documents(index: &str) -> BTreeMap<String, (i64, Value)> {
     let http = reqwest::Client::new();
     let base = opensearch_url();
     http.post(format!("{base}/{index}/_refresh"))

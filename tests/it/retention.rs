@@ -25,9 +25,9 @@ async fn wait_pruned_through(node: &Node, table: &str, ordinal: i64) -> Value {
     .await
 }
 
-/// Snapshots of `table` that still have segment files in the change store.
-fn snapshots_with_segments(store: &std::path::Path, table: &str) -> usize {
-    let dir = store.join("tables").join(table).join("snapshots");
+/// Change sets of `table` that still have segment files in the change store.
+fn change_sets_with_segments(store: &std::path::Path, table: &str) -> usize {
+    let dir = store.join("tables").join(table).join("change-sets");
     std::fs::read_dir(dir)
         .unwrap()
         .filter(|d| {
@@ -77,7 +77,7 @@ async fn old_change_sets_are_pruned_and_old_positions_are_gone() {
     assert_eq!(node.delete("/v1/subscriptions/slow").await, 204);
     wait_pruned_through(&node, &table, 2).await;
     wait_until(Duration::from_secs(10), || async {
-        (snapshots_with_segments(store.path(), &table) == 2).then_some(())
+        (change_sets_with_segments(store.path(), &table) == 2).then_some(())
     })
     .await;
 

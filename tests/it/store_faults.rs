@@ -239,13 +239,16 @@ async fn publishes_everything_once(node: &Node, followed: &mut Followed, prefix:
     followed.check_feed(node, followed.snapshots.len()).await;
     let in_order: Vec<(i64, i64)> = (1..).zip(followed.snapshots.iter().copied()).collect();
     assert_eq!(node.change_sets(&followed.id).await, in_order);
-    for snapshot in &followed.snapshots {
+    for (ordinal, snapshot) in &in_order {
         let rows = followed
             .expected
             .iter()
             .filter(|(_, s)| s == snapshot)
             .count();
-        let below = format!("{prefix}/tables/{}/snapshots/{snapshot}/", followed.id);
+        let below = format!(
+            "{prefix}/tables/{}/change-sets/{ordinal}-{snapshot}/",
+            followed.id
+        );
         let objects = s3::list(s3::BUCKET, &below).await;
         assert_eq!(
             objects.len(),
@@ -312,15 +315,13 @@ async fn a_failing_change_store_publishes_no_partial_change_set_and_loses_nothin
 
     // One segment refused: the others of its change set land, and wait.
     proxy.script("000001.parquet", vec![Fault::Status(403); 10_000]);
+    let ordinal = node.change_sets(&id).await.len() + 1;
     followed.append(3).await;
     let partial = followed.head();
-    let landed = format!("{prefix}/tables/{id}/snapshots/{partial}/000000.parquet");
+    let below = format!("{prefix}/tables/{id}/change-sets/{ordinal}-{partial}");
+    let landed = format!("{below}/000000.parquet");
     wait_until(Duration::from_secs(30), || async {
-        let objects = s3::list(
-            s3::BUCKET,
-            &format!("{prefix}/tables/{id}/snapshots/{partial}"),
-        )
-        .await;
+        let objects = s3::list(s3::BUCKET, &below).await;
         objects.contains(&landed).then_some(())
     })
     .await;

@@ -216,7 +216,6 @@ impl Node {
         }
     }
 
-    /// Waits until the table is in `state` and returns it.
     /// The (ordinal, snapshot) of every published change set of table `id`, oldest first.
     pub async fn change_sets(&self, id: &str) -> Vec<(i64, i64)> {
         let (status, listing) = self
@@ -238,6 +237,7 @@ impl Node {
         published
     }
 
+    /// Waits until the table is in `state` and returns it.
     pub async fn wait_for_state(&self, id: &str, state: &str) -> Value {
         wait_until(Duration::from_secs(30), || async {
             let (_, t) = self.get(&format!("/v1/tables/{id}")).await;

@@ -12,7 +12,6 @@ use super::AppState;
 use super::auth::Access;
 use super::error::{ApiError, Problem};
 use super::extract::{Json, Path};
-use crate::changes::ChangeStore;
 use crate::store::{StoreError, TableId};
 use model::{RegisterTable, TableList, TableView, UpdateTable};
 
@@ -234,7 +233,7 @@ pub async fn delete_table(
         .store
         .delete_table(
             table.id,
-            &ChangeStore::table_prefixes(table.id),
+            &crate::changes::key::table_prefixes(table.id),
             state.settings.retention.grace,
         )
         .await?;

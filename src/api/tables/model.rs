@@ -148,8 +148,7 @@ pub struct TableView {
     pub last_error: Option<String>,
     /// The kind of `last_error`, a stable code to act on (new codes may be added):
     /// `gap` (the history no longer reaches the checkpoint: snapshots expired before they
-    /// were published, or the table was replaced; re-register), `history_rewritten` (the
-    /// branch was rolled back or reset past the checkpoint), `branch_missing`,
+    /// were published, or the table was replaced; re-register), `branch_missing`,
     /// `iceberg_table_not_found`, `catalog_timeout`, `catalog_unavailable`,
     /// `host_not_allowed`, `catalog_type_not_allowed`, `storage_access_denied`,
     /// `storage_not_found`, `storage_settings_invalid`, `storage_unreachable`,

@@ -162,10 +162,17 @@ async function changeSets(t) {
         h("tbody", {}, change_sets.map((c) => h("tr", { "data-ordinal": c.ordinal },
           h("td", { class: "num" }, c.ordinal),
           h("td", { class: "num" }, c.snapshot_id, h("div", { class: "muted" }, `sequence ${c.sequence_number}`)),
-          h("td", {}, c.kind === "export" ? "export (state at registration)" : c.operation),
+          h("td", {}, changeSetKind(c)),
           h("td", {}, when(c.committed_at)),
           h("td", { class: "num" }, c.event_count),
           h("td", {}, h("code", {}, `?after=${c.position}`)))))));
+}
+
+/** What a change set is of, in words. */
+function changeSetKind(c) {
+  if (c.kind === "export") return "export (state at registration)";
+  if (c.kind === "reset") return `reset (rolled back from ${c.reset_from_snapshot_id})`;
+  return c.operation;
 }
 
 // ---- Live tail ---------------------------------------------------------------------

@@ -21,7 +21,6 @@ use crate::delivery::push::{
     EventParts, ItemError, UNRENDERABLE, item_for_event, item_for_parts, send_items,
 };
 use crate::delivery::{Feed, FeedError, Framing, JsonSink, OpSet, Positions, Selection};
-use crate::int64::Int64;
 use crate::store::{
     Lag, NewDeadLetter, PushCommit, SourceTable, Store, StoreError, Subscription,
     SubscriptionState, TableId,
@@ -234,6 +233,7 @@ impl Pusher {
                 }
                 ItemOutcome::Rejected(e) => commit.dead.push(dead_letter(
                     batch.line(line),
+                    item.version,
                     Some(item),
                     &e.error_type,
                     &e.reason,
@@ -385,15 +385,21 @@ impl BatchReader {
                 before: part(&span.before),
                 after: part(&span.after),
                 sequence_number: span.sequence_number,
+                version: span.push_version,
                 committed_at: span.committed_at,
             };
             let made = item_for_parts(&parts, &self.target, table);
             // A redrive makes the item again by parsing the line: it must come out the same.
             debug_assert_eq!(
                 made.as_ref().ok(),
-                item_for_event(&body[span.event.clone()], &self.target, &self.tables)
-                    .as_ref()
-                    .ok(),
+                item_for_event(
+                    &body[span.event.clone()],
+                    span.push_version,
+                    &self.target,
+                    &self.tables
+                )
+                .as_ref()
+                .ok(),
             );
             match made {
                 Ok(item) => {
@@ -402,6 +408,7 @@ impl BatchReader {
                 }
                 Err(ItemError::Render(e)) => batch.unrenderable.push(dead_letter(
                     &body[span.event.clone()],
+                    span.push_version,
                     None,
                     UNRENDERABLE,
                     &e.to_string(),
@@ -415,8 +422,11 @@ impl BatchReader {
     }
 }
 
+/// A dead letter of an event whose change set pushes external `version`: a redrive
+/// sends it with that version.
 fn dead_letter(
     line: &[u8],
+    version: i64,
     item: Option<&BulkItem>,
     error_type: &str,
     reason: &str,
@@ -424,8 +434,7 @@ fn dead_letter(
     let event: serde_json::Value = serde_json::from_slice(line).unwrap_or_default();
     NewDeadLetter {
         position: event["position"].as_str().unwrap_or_default().to_string(),
-        version: serde_json::from_value::<Int64>(event["sequence_number"].clone())
-            .map_or(0, i64::from),
+        version,
         index_name: item.map(|i| i.index.clone()),
         document_id: item.map(|i| i.id.clone()),
         event,

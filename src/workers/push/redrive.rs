@@ -25,7 +25,12 @@ impl Pusher {
         let (mut items, mut sent, mut again) = (Vec::new(), Vec::new(), Vec::new());
         for letter in &letters {
             let line = serde_json::to_vec(&letter.event).expect("JSON values serialize");
-            match item_for_event(&line, &self.reader.target, &self.reader.tables) {
+            match item_for_event(
+                &line,
+                letter.version,
+                &self.reader.target,
+                &self.reader.tables,
+            ) {
                 Ok(item) => {
                     items.push(item);
                     sent.push(letter.id);

@@ -9,7 +9,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
 
 use super::files::{Partitioned, shuffled_schema, with_side};
-use super::{MapResult, MapTask, estimated_memory, shuffle_key, spill};
+use super::{MapResult, MapTask, estimated_memory, spill};
 use crate::changelog::DeleteCache;
 use crate::changelog::carryover::{Survivors, cancel_carryover};
 use crate::store::ClaimedTask;
@@ -136,10 +136,10 @@ impl<'a> Buckets<'a> {
     }
 
     async fn flush(&mut self) -> Result<(), TaskError> {
-        let (table, snapshot, id) = (self.task.table_id, self.task.snapshot_id, &self.task.id);
+        let (key, id) = (self.task.key(), &self.task.id);
         self.held
             .flush(&self.ctx.changes, |n| {
-                shuffle_key(table, snapshot, id, &format!("{n:04}"))
+                key.shuffle_file(id, &format!("{n:04}"))
             })
             .await
     }

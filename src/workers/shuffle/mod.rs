@@ -20,9 +20,9 @@ pub use reduce::run_reduce;
 
 use super::sync::SyncError;
 use crate::changelog::FileRows;
-use crate::changes::ChangeStore;
+use crate::changes::ChangeSetKey;
 use crate::failure::{Failure, FailureCode};
-use crate::store::{NewSegment, Store, TableId, TaskFailure};
+use crate::store::{NewSegment, Store, TaskFailure};
 
 /// Input of a map task: the removed and added files of whole partition groups.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -129,8 +129,8 @@ pub struct ReduceResult {
 /// Everything the coordinator of one snapshot's shuffle needs.
 pub struct Shuffle<'a> {
     pub store: &'a Store,
-    pub table: TableId,
-    pub snapshot_id: i64,
+    /// The change set computed: the key of its tasks and files.
+    pub change_set: ChangeSetKey,
     pub schema_id: i32,
     pub key: Vec<usize>,
     pub buckets: u32,
@@ -186,7 +186,7 @@ impl Shuffle<'_> {
         let maps: Vec<(String, serde_json::Value)> = pack(groups, self.map_memory_bytes)
             .into_iter()
             .enumerate()
-            .map(|(g, t)| (self.task_id("map", g), to_json(&t)))
+            .map(|(g, t)| (self.change_set.task_id("map", g), to_json(&t)))
             .collect();
         self.create_tasks("map", &maps).await?;
         let results: Vec<MapResult> = self.wait("map").await?;
@@ -206,7 +206,7 @@ impl Shuffle<'_> {
                         key: self.key.clone(),
                         inputs,
                     };
-                    (self.task_id("reduce", n), to_json(&task))
+                    (self.change_set.task_id("reduce", n), to_json(&task))
                 })
                 .collect();
         self.create_tasks("reduce", &reduces).await?;
@@ -236,21 +236,13 @@ impl Shuffle<'_> {
         kind: &str,
         tasks: &[(String, serde_json::Value)],
     ) -> Result<(), SyncError> {
-        let progress = self
-            .store
-            .task_progress(self.table, self.snapshot_id, kind)
-            .await?;
+        let progress = self.store.task_progress(&self.change_set, kind).await?;
         if progress.planned == 0 {
             self.store
-                .create_tasks(self.table, self.snapshot_id, kind, tasks)
+                .create_tasks(&self.change_set, kind, tasks)
                 .await?;
         }
         Ok(())
-    }
-
-    /// Ids sort in task order: `<table>/<snapshot>/<kind>/<n>`.
-    fn task_id(&self, kind: &str, n: usize) -> String {
-        format!("{}/{}/{kind}/{n:06}", self.table, self.snapshot_id)
     }
 
     /// Waits until every task of `kind` is done and returns their results in order. A
@@ -260,16 +252,12 @@ impl Shuffle<'_> {
     /// table's backoff.
     async fn wait<T: for<'de> Deserialize<'de>>(&self, kind: &str) -> Result<Vec<T>, SyncError> {
         loop {
-            let progress = self
-                .store
-                .task_progress(self.table, self.snapshot_id, kind)
-                .await?;
+            let progress = self.store.task_progress(&self.change_set, kind).await?;
             if let Some(failure) = progress.failed {
-                self.store
-                    .delete_snapshot_tasks(self.table, self.snapshot_id)
-                    .await?;
+                self.store.delete_change_set_tasks(&self.change_set).await?;
                 let TaskFailure { failure, permanent } = failure;
-                let stopped = SyncError::unpublishable(self.snapshot_id, failure.code, failure);
+                let stopped =
+                    SyncError::unpublishable(self.change_set.snapshot_id, failure.code, failure);
                 return Err(if permanent {
                     stopped
                 } else {
@@ -278,10 +266,7 @@ impl Shuffle<'_> {
             }
             if progress.done == progress.planned {
                 // Results are read once, when every task is done.
-                let tasks = self
-                    .store
-                    .snapshot_tasks(self.table, self.snapshot_id, kind)
-                    .await?;
+                let tasks = self.store.change_set_tasks(&self.change_set, kind).await?;
                 return tasks
                     .into_iter()
                     .map(|t| {
@@ -373,13 +358,6 @@ fn coalesce(by_bucket: BTreeMap<u32, Vec<BucketFile>>, target: u64) -> Vec<Vec<B
 
 fn to_json<T: Serialize>(value: &T) -> serde_json::Value {
     serde_json::to_value(value).expect("task payloads serialize")
-}
-
-/// The key of a shuffle file `name` of a task.
-pub fn shuffle_key(table: TableId, snapshot_id: i64, task: &str, name: &str) -> String {
-    let n = task.rsplit('/').next().unwrap_or(task);
-    let prefix = ChangeStore::shuffle_prefix(table, snapshot_id);
-    format!("{prefix}/m{n}-{name}.arrow")
 }
 
 #[cfg(test)]

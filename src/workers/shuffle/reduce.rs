@@ -6,7 +6,6 @@ use arrow::compute::concat_batches;
 use super::files::{read_parts, split_sides};
 use super::{ReduceResult, ReduceTask};
 use crate::changelog::carryover::{PairError, Survivors, pair};
-use crate::changes::ChangeStore;
 use crate::changes::writer::encode_changes;
 use crate::failure::{Failure, FailureCode};
 use crate::store::ClaimedTask;
@@ -56,7 +55,7 @@ pub async fn run_reduce(
         });
     }
     let bytes = encode_changes(&survivors, &changes).map_err(TaskError::compute)?;
-    let path = ChangeStore::segment_key(task.table_id, task.snapshot_id, reduce.n);
+    let path = task.key().segment(reduce.n);
     let size = bytes.len() as i64;
     ctx.changes
         .put(&path, bytes)

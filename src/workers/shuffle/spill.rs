@@ -14,7 +14,7 @@ use futures::TryStreamExt;
 
 use super::files::{Partitioned, read_parts, shuffled_schema, split_sides, with_side};
 use super::map::{Buckets, cancel};
-use super::{BucketFile, MapTask, estimated_memory, shuffle_key};
+use super::{BucketFile, MapTask, estimated_memory};
 use crate::changelog::DeleteCache;
 use crate::changelog::carryover::{row_hash, whole_row_converter};
 use crate::changelog::read::stream_data_file;
@@ -41,7 +41,7 @@ pub(super) async fn cancel_spilled(
     let flush_bytes = usize::try_from(budget / 4).unwrap_or(usize::MAX);
     let key = |n: usize| {
         let name = format!("spill-{n:04}");
-        shuffle_key(task.table_id, task.snapshot_id, &task.id, &name)
+        task.key().shuffle_file(&task.id, &name)
     };
     let mut runs = Partitioned::new(partitions);
     let deletes = DeleteCache::default();

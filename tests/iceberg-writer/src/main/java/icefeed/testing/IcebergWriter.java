@@ -272,6 +272,10 @@ public final class IcebergWriter {
         // As an operator's `rollback_to_snapshot` does: the branch goes back to an ancestor.
         table.manageSnapshots().rollbackTo(step.get("snapshot_id").asLong()).commit();
         return NODES.objectNode();
+      case "set_current":
+        // As `set_current_snapshot` does: the branch moves to any snapshot, forward again too.
+        table.manageSnapshots().setCurrentSnapshot(step.get("snapshot_id").asLong()).commit();
+        return NODES.objectNode();
       case "update_schema":
         updateSchema(table, step);
         return NODES.objectNode().put("schema_id", reload(table).schema().schemaId());

@@ -1,0 +1,92 @@
+//! Where the work of one change set lives: its segments and shuffle files in the change
+//! store and its tasks in PostgreSQL, all under one key. Owns every key layout of the
+//! change store; depends on nothing but the table id.
+
+use crate::store::TableId;
+
+/// One change set being computed: the ordinal it will be published at and the snapshot
+/// whose changes (or, for a reset, whose state) it holds.
+///
+/// Keyed by ordinal because a snapshot can be published more than once (rolled back,
+/// then forward again); by snapshot too because a plan for one ordinal can be abandoned
+/// for another (the branch moved while it ran), and a straggling task of the abandoned
+/// plan must not write over the files of the one that is published.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChangeSetKey {
+    pub table: TableId,
+    pub ordinal: i64,
+    pub snapshot_id: i64,
+}
+
+impl ChangeSetKey {
+    /// The prefix of the change set's segments.
+    pub fn prefix(&self) -> String {
+        format!("tables/{}/change-sets/{}", self.table, self.name())
+    }
+
+    /// The key of segment `n`.
+    pub fn segment(&self, n: usize) -> String {
+        format!("{}/{n:06}.parquet", self.prefix())
+    }
+
+    /// The prefix of its shuffle files, which are garbage once it is published.
+    pub fn shuffle_prefix(&self) -> String {
+        format!("shuffle/{}/{}", self.table, self.name())
+    }
+
+    /// The key of shuffle file `name` of task `task`.
+    pub fn shuffle_file(&self, task: &str, name: &str) -> String {
+        let n = task.rsplit('/').next().unwrap_or(task);
+        format!("{}/m{n}-{name}.arrow", self.shuffle_prefix())
+    }
+
+    /// The id of its task `n` of `kind`; ids sort in task order.
+    pub fn task_id(&self, kind: &str, n: usize) -> String {
+        format!("{}/{}/{kind}/{n:06}", self.table, self.name())
+    }
+
+    fn name(&self) -> String {
+        format!("{}-{}", self.ordinal, self.snapshot_id)
+    }
+}
+
+/// The prefix of the segments of a change set published before change sets were keyed by
+/// ordinal.
+pub fn legacy_prefix(table: TableId, snapshot_id: i64) -> String {
+    format!("tables/{table}/snapshots/{snapshot_id}")
+}
+
+/// Every prefix that holds objects of `table`: its change sets and its shuffles.
+pub fn table_prefixes(table: TableId) -> Vec<String> {
+    vec![format!("tables/{table}"), format!("shuffle/{table}")]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_snapshot_published_twice_or_two_plans_for_one_ordinal_never_share_a_key() {
+        let table = TableId(uuid::Uuid::nil());
+        let key = |ordinal, snapshot_id| ChangeSetKey {
+            table,
+            ordinal,
+            snapshot_id,
+        };
+        let keys = [key(3, 7), key(9, 7), key(3, 8)];
+        for (i, a) in keys.iter().enumerate() {
+            for b in &keys[i + 1..] {
+                assert!(!a.prefix().starts_with(&b.prefix()), "{a:?} {b:?}");
+                assert!(!b.prefix().starts_with(&a.prefix()), "{a:?} {b:?}");
+                assert_ne!(a.shuffle_prefix(), b.shuffle_prefix());
+                assert_ne!(a.task_id("map", 0), b.task_id("map", 0));
+            }
+        }
+        // Nor does a change set share its prefix with one of the older layout.
+        assert!(!key(3, 7).prefix().starts_with(&legacy_prefix(table, 7)));
+        assert_eq!(
+            key(3, 7).shuffle_file("t/3-7/map/000002", "0001"),
+            format!("shuffle/{table}/3-7/m000002-0001.arrow")
+        );
+    }
+}
