@@ -124,6 +124,11 @@ fn describe() {
         describe_counter!(name, format!("Documents a push subscription {what}"));
     }
     describe_counter!(
+        "icefeed_resurrected_rows_total",
+        "Rows snapshots brought back by dropping deletes without replacing them (published \
+         as inserts; a metadata edit, not an engine's commit)"
+    );
+    describe_counter!(
         "icefeed_delete_anomalies_total",
         "Positions of position deletes at or past their data file's row count (they delete \
          nothing)"

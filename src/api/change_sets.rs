@@ -57,6 +57,11 @@ pub struct ChangeSetView {
     pub schema_id: i32,
     /// Its events (0 for a compaction or a commit that changed no row).
     pub event_count: i64,
+    /// Rows the snapshot brought back by dropping deletes without replacing them, a
+    /// metadata edit no engine commits: they are among its inserts (or updates). Absent
+    /// when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resurrected_rows: Option<i64>,
     /// A cursor just before its first event: pass it as `after` to read from this
     /// change set on.
     pub position: String,
@@ -115,6 +120,7 @@ pub async fn list_change_sets(
         committed_at: c.committed_at,
         schema_id: c.schema_id,
         event_count: c.event_count,
+        resurrected_rows: (c.resurrected_rows > 0).then_some(c.resurrected_rows),
         position: Position {
             ordinal: c.ordinal,
             consumed: 0,

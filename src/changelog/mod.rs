@@ -61,6 +61,12 @@ impl FileRows {
     pub fn is_whole(&self) -> bool {
         self.deletes.is_empty() && self.only_deleted_by.is_none()
     }
+
+    /// Whether these are rows a surviving file regained, as an added file: deletes that
+    /// removed them were dropped without a replacement (MERGE_ON_READ M9).
+    pub fn regains_rows(&self) -> bool {
+        self.only_deleted_by.is_some()
+    }
 }
 
 /// What publishing one snapshot takes.

@@ -25,6 +25,8 @@ pub struct NewChangeSet {
     pub kind: &'static str,
     /// For a reset: the checkpoint it went from.
     pub reset_from: Option<i64>,
+    /// Rows the snapshot brought back by dropping deletes without a replacement.
+    pub resurrected_rows: i64,
     pub committed_at: DateTime<Utc>,
     pub schema_id: i32,
     /// The Iceberg schema (JSON) the rows were read with.
@@ -59,6 +61,7 @@ pub struct ChangeSetRecord {
     pub committed_at: DateTime<Utc>,
     pub schema_id: i32,
     pub event_count: i64,
+    pub resurrected_rows: i64,
 }
 
 /// A published segment with the metadata of its change set.
@@ -142,8 +145,8 @@ impl Store {
         sqlx::query(
             "INSERT INTO change_sets (table_id, ordinal, snapshot_id, sequence_number, operation, \
                kind, reset_from_snapshot_id, committed_at, schema_id, event_count, published_by, \
-               prefix, push_version) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+               prefix, push_version, resurrected_rows) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
         )
         .bind(table)
         .bind(ordinal)
@@ -158,6 +161,7 @@ impl Store {
         .bind(&lease.owner)
         .bind(&prefix)
         .bind(version)
+        .bind(cs.resurrected_rows)
         .execute(&mut *tx)
         .await?;
 
@@ -273,7 +277,8 @@ impl Store {
     ) -> Result<Option<ChangeSetRecord>, StoreError> {
         Ok(sqlx::query_as(
             "SELECT ordinal, snapshot_id, sequence_number, operation, kind, \
-                    reset_from_snapshot_id, committed_at, schema_id, event_count \
+                    reset_from_snapshot_id, committed_at, schema_id, event_count, \
+                    resurrected_rows \
                FROM change_sets WHERE table_id = $1 AND ordinal = $2",
         )
         .bind(table)
@@ -292,7 +297,8 @@ impl Store {
     ) -> Result<Vec<ChangeSetRecord>, StoreError> {
         Ok(sqlx::query_as(
             "SELECT ordinal, snapshot_id, sequence_number, operation, kind, \
-                    reset_from_snapshot_id, committed_at, schema_id, event_count \
+                    reset_from_snapshot_id, committed_at, schema_id, event_count, \
+                    resurrected_rows \
                FROM change_sets WHERE table_id = $1 AND ordinal < $2 \
               ORDER BY ordinal DESC LIMIT $3",
         )

@@ -4,13 +4,13 @@
 use iceberg::spec::SchemaRef;
 use tokio_util::sync::CancellationToken;
 
-use super::shuffle::Shuffle;
+use super::shuffle::{Shuffle, ShuffleOutcome};
 use super::sync::SyncError;
 use crate::changelog::FileRows;
 use crate::changes::ChangeSetKey;
 use crate::config::SchedulerSettings;
 use crate::failure::FailureCode;
-use crate::store::{NewSegment, Store};
+use crate::store::Store;
 
 /// One change set of removed and added rows to compute.
 pub struct Rewrite<'a> {
@@ -27,12 +27,13 @@ pub struct Rewrite<'a> {
 }
 
 impl Rewrite<'_> {
-    /// Computes the snapshot's changes and returns their segments in order.
+    /// Computes the snapshot's changes: their segments in order, and what the shuffle
+    /// counted.
     pub async fn compute(
         &self,
         removed: Vec<FileRows>,
         added: Vec<FileRows>,
-    ) -> Result<Vec<NewSegment>, SyncError> {
+    ) -> Result<ShuffleOutcome, SyncError> {
         let snapshot_id = self.change_set.snapshot_id;
         let shuffle = Shuffle {
             store: self.store,
@@ -57,6 +58,6 @@ impl Rewrite<'_> {
                 ),
             ));
         }
-        Ok(outcome.segments)
+        Ok(outcome)
     }
 }

@@ -358,12 +358,13 @@ impl TableSync<'_> {
         })?;
         let shuffled = matches!(plan, SnapshotPlan::Rewrite { .. });
         let operation = snapshot.summary().operation.as_str();
-        let segments = match plan {
+        let (segments, regained) = match plan {
             SnapshotPlan::Inserts(files) => {
                 let read = ReadSchema::new(schema).map_err(|e| {
                     SyncError::unpublishable(snapshot_id, FailureCode::Unsupported, e)
                 })?;
-                self.copy_inserts(iceberg, stored_as, &read, files).await?
+                let segments = self.copy_inserts(iceberg, stored_as, &read, files).await?;
+                (segments, 0)
             }
             SnapshotPlan::Rewrite { removed, added } => {
                 let rewrite = Rewrite {
@@ -375,7 +376,8 @@ impl TableSync<'_> {
                     settings: self.settings,
                     stop: self.stop,
                 };
-                rewrite.compute(removed, added).await?
+                let outcome = rewrite.compute(removed, added).await?;
+                (outcome.segments, outcome.resurrected)
             }
             SnapshotPlan::Unsupported(reason) => {
                 return Err(SyncError::unpublishable(
@@ -389,6 +391,20 @@ impl TableSync<'_> {
             Kind::Reset { from, at } => (Some(from), at),
             _ => (None, committed_at(snapshot)),
         };
+        // Rows a reset brings back are what going back means; rows a commit brings back
+        // by dropping a delete without a replacement are an anomaly worth a word.
+        let resurrected_rows = match kind {
+            Kind::Reset { .. } => 0,
+            _ => regained,
+        };
+        if resurrected_rows > 0 {
+            metrics::counter!("icefeed_resurrected_rows_total").increment(resurrected_rows as u64);
+            tracing::warn!(
+                table = %table.table_name, snapshot_id, resurrected_rows,
+                "the snapshot dropped deletes without replacing them: rows they had deleted \
+                 are live again and published as inserts"
+            );
+        }
         let change_set = NewChangeSet {
             ordinal,
             snapshot_id,
@@ -401,6 +417,7 @@ impl TableSync<'_> {
             kind: kind.as_str(),
             reset_from,
             committed_at,
+            resurrected_rows,
             schema_id: schema.schema_id(),
             schema: serde_json::to_value(schema.as_ref())
                 .map_err(|e| SyncError::transient(FailureCode::Internal, e))?,

@@ -71,6 +71,8 @@ struct Case {
     steps: Vec<Value>,
     /// The change set of the last snapshot.
     expected: Vec<Change>,
+    /// The rows the last snapshot brings back by dropping a delete (M9).
+    resurrected: i64,
 }
 
 impl Case {
@@ -86,7 +88,13 @@ impl Case {
             identifier_columns: None,
             steps,
             expected,
+            resurrected: 0,
         }
+    }
+
+    fn resurrecting(mut self, rows: i64) -> Self {
+        self.resurrected = rows;
+        self
     }
 
     fn keyed_by(mut self, columns: Value) -> Self {
@@ -750,6 +758,32 @@ fn cases() -> Vec<Case> {
             ],
             vec![del(p(1, "a")), del(p(3, "c"))],
         ),
+        // M9: a live delete removed without a replacement in a non-replace commit brings
+        // its rows back (a metadata edit; no engine commits this).
+        Case::new(
+            "M9",
+            "m9",
+            vec![
+                create(2, true),
+                s0(),
+                row_delta("S1", vec![], vec![], vec![pd("PD1", "F1", &[1])]),
+                json!({"op": "row_delta", "name": "S2", "remove_deletes": ["PD1"]}),
+            ],
+            vec![ins(p(2, "b"))],
+        )
+        .resurrecting(1),
+        Case::new(
+            "M9/v3",
+            "m9v3",
+            vec![
+                create(3, true),
+                s0(),
+                row_delta("S1", vec![], vec![], vec![pd("DV1", "F1", &[1])]),
+                json!({"op": "row_delta", "name": "S2", "remove_deletes": ["DV1"]}),
+            ],
+            vec![ins(p(2, "b"))],
+        )
+        .resurrecting(1),
     ]);
     cases
 }
@@ -1071,6 +1105,15 @@ async fn icefeed_publishes(id: &str) {
         "{id}: icefeed's events of the last snapshot {last}\nlive files: {:#}",
         built.files
     );
+    let (_, listing) = node
+        .get(&format!("/v1/tables/{table}/change-sets?limit=1"))
+        .await;
+    let newest = &listing["change_sets"][0];
+    assert_eq!(
+        newest["resurrected_rows"].as_i64().unwrap_or(0),
+        case.resurrected,
+        "{id}: {newest}"
+    );
     node.shutdown().await;
 }
 
@@ -1119,6 +1162,8 @@ icefeed_cases! {
     d2_a_removed_file_is_read_with_its_equality_deletes => "D2",
     d3_a_copy_on_write_rewrite_of_a_file_with_deletes => "D3",
     d4_v3_a_file_removed_with_its_dv => "D4",
+    m9_a_delete_dropped_without_replacement_brings_its_rows_back => "M9",
+    m9_v3_a_vector_dropped_without_replacement_brings_its_rows_back => "M9/v3",
     v3d1_older_files_read_a_column_added_later_as_its_initial_default => "V3D1",
     v3d2_equality_deletes_match_the_initial_default_in_older_files => "V3D2",
 }

@@ -29,6 +29,13 @@ pub async fn run_map(
         let deletes = DeleteCache::default();
         let removed = ctx.read_each_file(&opened, &map.removed, &deletes).await?;
         let added = ctx.read_each_file(&opened, &map.added, &deletes).await?;
+        out.resurrected += map
+            .added
+            .iter()
+            .zip(&added)
+            .filter(|(file, _)| file.regains_rows())
+            .flat_map(|(_, batches)| batches.iter().map(|b| b.num_rows() as i64))
+            .sum::<i64>();
         for (removed, added) in map.split_groups(removed, added) {
             let (removed, added) = (removed.concat(), added.concat());
             out.push(cancel(&schema, removed, added).await?).await?;
@@ -69,6 +76,8 @@ pub(super) struct Buckets<'a> {
     held: Partitioned,
     deleted: i64,
     inserted: i64,
+    /// Rows read from files that regained them.
+    pub(super) resurrected: i64,
 }
 
 impl<'a> Buckets<'a> {
@@ -102,6 +111,7 @@ impl<'a> Buckets<'a> {
             held: Partitioned::new(map.buckets),
             deleted: 0,
             inserted: 0,
+            resurrected: 0,
         })
     }
 
@@ -151,6 +161,7 @@ impl<'a> Buckets<'a> {
             inserted: self.inserted,
             buckets: self.held.written,
             spilled_partitions: 0,
+            resurrected: self.resurrected,
         })
     }
 }

@@ -106,6 +106,9 @@ pub struct MapResult {
     /// Spill partitions used (0: the input was cancelled in memory).
     #[serde(default)]
     pub spilled_partitions: u32,
+    /// Rows read from files that regained them (a delete dropped without replacement).
+    #[serde(default)]
+    pub resurrected: i64,
 }
 
 /// Input of a reduce task: every map output of a run of buckets.
@@ -143,6 +146,8 @@ pub struct Shuffle<'a> {
 pub struct ShuffleOutcome {
     pub deleted: i64,
     pub inserted: i64,
+    /// Rows files regained, before carryover (see [`MapResult::resurrected`]).
+    pub resurrected: i64,
     pub segments: Vec<NewSegment>,
 }
 
@@ -214,6 +219,7 @@ impl Shuffle<'_> {
         Ok(ShuffleOutcome {
             deleted: results.iter().map(|r| r.deleted).sum(),
             inserted: results.iter().map(|r| r.inserted).sum(),
+            resurrected: results.iter().map(|r| r.resurrected).sum(),
             segments: outputs
                 .into_iter()
                 .filter_map(|r| {

@@ -51,6 +51,9 @@ pub(super) async fn cancel_spilled(
                 .await
                 .map_err(TaskError::reading)?;
             while let Some(batch) = batches.try_next().await.map_err(TaskError::reading)? {
+                if side == 1 && rows.regains_rows() {
+                    out.resurrected += batch.num_rows() as i64;
+                }
                 let of =
                     partition_of(&converter, &batch, partitions).map_err(TaskError::compute)?;
                 let batch = with_side(&shuffled, &batch, side).map_err(TaskError::compute)?;
