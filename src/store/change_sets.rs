@@ -97,6 +97,29 @@ fn push_version(sequence_number: i64, last: i64) -> i64 {
         .max(last.saturating_add(1))
 }
 
+/// The change-store prefixes of the plans for `ordinal` that were abandoned for the one
+/// of `published`, from the snapshots their tasks were for.
+fn abandoned_prefixes(
+    table: TableId,
+    ordinal: i64,
+    published: i64,
+    planned: Vec<i64>,
+) -> Vec<String> {
+    let abandoned: std::collections::BTreeSet<i64> =
+        planned.into_iter().filter(|s| *s != published).collect();
+    abandoned
+        .into_iter()
+        .flat_map(|snapshot_id| {
+            let key = ChangeSetKey {
+                table,
+                ordinal,
+                snapshot_id,
+            };
+            [key.prefix(), key.shuffle_prefix()]
+        })
+        .collect()
+}
+
 impl Store {
     /// Publishes a change set and advances the checkpoint in one transaction fenced by the
     /// table lease, if the feed's last change set is still the one before `cs.ordinal`
@@ -227,13 +250,18 @@ impl Store {
         .bind(version)
         .execute(&mut *tx)
         .await?;
-        // Every plan for this ordinal is done with, the published one and any abandoned.
-        sqlx::query("DELETE FROM tasks WHERE table_id = $1 AND ordinal = $2")
-            .bind(table)
-            .bind(ordinal)
-            .execute(&mut *tx)
-            .await?;
-        super::retention::queue_garbage(&mut tx, &cs.garbage, Duration::ZERO).await?;
+        // Every plan for this ordinal is done with, the published one and any abandoned
+        // (the branch moved while it ran): the files of an abandoned one are garbage too.
+        let planned: Vec<i64> = sqlx::query_scalar(
+            "DELETE FROM tasks WHERE table_id = $1 AND ordinal = $2 RETURNING snapshot_id",
+        )
+        .bind(table)
+        .bind(ordinal)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut garbage = cs.garbage.clone();
+        garbage.extend(abandoned_prefixes(table, ordinal, cs.snapshot_id, planned));
+        super::retention::queue_garbage(&mut tx, &garbage, Duration::ZERO).await?;
         sqlx::query("SELECT pg_notify($1, $2)")
             .bind(CHANGES_CHANNEL)
             .bind(table.to_string())
@@ -327,7 +355,20 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    use super::push_version;
+    use super::*;
+
+    #[test]
+    fn the_files_of_plans_abandoned_for_an_ordinal_are_garbage_and_the_published_ones_not() {
+        let table = TableId(uuid::Uuid::nil());
+        let key = |snapshot_id| ChangeSetKey {
+            table,
+            ordinal: 4,
+            snapshot_id,
+        };
+        let garbage = abandoned_prefixes(table, 4, 7, vec![7, 9, 9, 7]);
+        assert_eq!(garbage, [key(9).prefix(), key(9).shuffle_prefix()]);
+        assert!(abandoned_prefixes(table, 4, 7, vec![7, 7]).is_empty());
+    }
 
     #[test]
     fn push_versions_grow_with_every_change_set_also_past_a_reset() {

@@ -146,6 +146,27 @@ fn create(format_version: u8, partitioned: bool) -> Value {
     json!({"op": "create", "format_version": format_version, "partition": partition})
 }
 
+/// `create` of table `name` (`eq.…`).
+fn create_named(name: &str, format_version: u8, partitioned: bool) -> Value {
+    let mut step = create(format_version, partitioned);
+    step["table"] = json!(name);
+    step
+}
+
+/// The registration of `table` in the Hadoop warehouse `warehouse`, polled every 100 ms,
+/// from `start` (`None`: the default).
+fn registration(warehouse: &std::path::Path, table: &str, start: Option<&str>) -> Value {
+    let mut body = json!({
+        "catalog": {"type": "filesystem",
+                    "warehouse": format!("file://{}", warehouse.display())},
+        "table": table, "poll_interval_ms": 100,
+    });
+    if let Some(start) = start {
+        body["start"] = json!(start);
+    }
+    body
+}
+
 fn file(name: &str, rows: Vec<Value>) -> Value {
     json!({"name": name, "rows": rows})
 }
@@ -1055,13 +1076,8 @@ async fn icefeed_publishes(id: &str) {
     let last = *built.snapshots.last().unwrap();
 
     let (node, _store) = Node::start_fresh().await;
-    let mut body = json!({
-        "catalog": {"type": "filesystem",
-                    "warehouse": format!("file://{}", fixtures.warehouse.path().display())},
-        "table": format!("eq.{}", case.table),
-        "start": "earliest",
-        "poll_interval_ms": 100,
-    });
+    let table_name = format!("eq.{}", case.table);
+    let mut body = registration(fixtures.warehouse.path(), &table_name, Some("earliest"));
     if let Some(columns) = &case.identifier_columns {
         body["identifier_columns"] = columns.clone();
     }
@@ -1179,12 +1195,8 @@ async fn exports_of_tables_with_delete_files_publish_exactly_their_live_rows() {
     for case in cases() {
         let built = &fixtures.built[case.id];
         let last = *built.snapshots.last().unwrap();
-        let mut body = json!({
-            "catalog": {"type": "filesystem",
-                        "warehouse": format!("file://{}", fixtures.warehouse.path().display())},
-            "table": format!("eq.{}", case.table),
-            "poll_interval_ms": 100,
-        });
+        let table_name = format!("eq.{}", case.table);
+        let mut body = registration(fixtures.warehouse.path(), &table_name, None);
         if let Some(columns) = &case.identifier_columns {
             body["identifier_columns"] = columns.clone();
         }
@@ -1233,22 +1245,19 @@ fn committed(stdout: &str) -> Vec<i64> {
 #[tokio::test]
 async fn the_key_follows_a_renamed_column_and_a_dropped_one_stops_the_table() {
     let warehouse = tempfile::tempdir().unwrap();
-    let mut create_renamed = create(2, true);
-    create_renamed["table"] = json!("eq.renamed");
-    let mut create_dropped = create(2, false);
-    create_dropped["table"] = json!("eq.dropped");
     let first = run_writer(
         warehouse.path(),
-        vec![create_renamed, s0(), create_dropped, s0()],
+        vec![
+            create_named("eq.renamed", 2, true),
+            s0(),
+            create_named("eq.dropped", 2, false),
+            s0(),
+        ],
     )
     .unwrap();
     let (node, _store) = Node::start_fresh().await;
     let register = |table: &str, key: Option<&str>| {
-        let mut body = json!({
-            "catalog": {"type": "filesystem",
-                        "warehouse": format!("file://{}", warehouse.path().display())},
-            "table": table, "start": "earliest", "poll_interval_ms": 100,
-        });
+        let mut body = registration(warehouse.path(), table, Some("earliest"));
         if let Some(key) = key {
             body["identifier_columns"] = json!([key]);
         }
@@ -1319,24 +1328,23 @@ async fn the_key_follows_a_renamed_column_and_a_dropped_one_stops_the_table() {
 #[tokio::test]
 async fn snapshots_expired_before_they_were_published_are_followed_or_named_a_gap() {
     let warehouse = tempfile::tempdir().unwrap();
-    let mut create_table = create(2, false);
-    create_table["table"] = json!("eq.expired");
     let first = run_writer(
         warehouse.path(),
         vec![
-            create_table,
+            create_named("eq.expired", 2, false),
             append("S0", vec![file("F1", vec![p(1, "a"), p(2, "b")])]),
         ],
     )
     .unwrap();
     let s0 = committed(&first)[0];
     let (node, _store) = Node::start_fresh().await;
-    let body = json!({
-        "catalog": {"type": "filesystem",
-                    "warehouse": format!("file://{}", warehouse.path().display())},
-        "table": "eq.expired", "start": "latest", "poll_interval_ms": 100,
-    });
-    let id = node.register(&body).await;
+    let id = node
+        .register(&registration(
+            warehouse.path(),
+            "eq.expired",
+            Some("latest"),
+        ))
+        .await;
     node.wait_for_checkpoint(&id, s0).await;
 
     // The checkpoint expires (its files kept) before its children are published.
@@ -1455,12 +1463,10 @@ fn scans(stdout: &str) -> Vec<Vec<Value>> {
 async fn rollbacks_reset_the_feed_to_the_state_rolled_back_to(format_version: u8) {
     let warehouse = tempfile::tempdir().unwrap();
     let name = format!("eq.rolled{format_version}");
-    let mut create_table = create(format_version, true);
-    create_table["table"] = json!(name);
     let first = run_writer(
         warehouse.path(),
         vec![
-            create_table,
+            create_named(&name, format_version, true),
             s0(),
             row_delta(
                 "S1",
@@ -1476,12 +1482,9 @@ async fn rollbacks_reset_the_feed_to_the_state_rolled_back_to(format_version: u8
     .unwrap();
     let [s0, s1, s2, s3] = committed(&first).try_into().unwrap();
     let (node, _store) = Node::start_fresh().await;
-    let body = json!({
-        "catalog": {"type": "filesystem",
-                    "warehouse": format!("file://{}", warehouse.path().display())},
-        "table": name, "start": "earliest", "poll_interval_ms": 100,
-    });
-    let id = node.register(&body).await;
+    let id = node
+        .register(&registration(warehouse.path(), &name, Some("earliest")))
+        .await;
     node.wait_for_checkpoint(&id, s3).await;
     let published = |n: usize| {
         let (node, id) = (&node, &id);
@@ -1607,12 +1610,10 @@ async fn a_push_subscription_follows_a_rollback_and_a_roll_forward() {
     use crate::push::{documents, push_node, target, unique_index};
 
     let warehouse = tempfile::tempdir().unwrap();
-    let mut create_table = create(2, true);
-    create_table["table"] = json!("eq.pushed");
     let first = run_writer(
         warehouse.path(),
         vec![
-            create_table,
+            create_named("eq.pushed", 2, true),
             s0(),
             row_delta(
                 "S1",
@@ -1628,11 +1629,11 @@ async fn a_push_subscription_follows_a_rollback_and_a_roll_forward() {
     let [at_s1]: [Vec<Value>; 1] = scans(&first).try_into().unwrap();
     let (node, _dir) = push_node().await;
     let table = node
-        .register(&json!({
-            "catalog": {"type": "filesystem",
-                        "warehouse": format!("file://{}", warehouse.path().display())},
-            "table": "eq.pushed", "start": "earliest", "poll_interval_ms": 100,
-        }))
+        .register(&registration(
+            warehouse.path(),
+            "eq.pushed",
+            Some("earliest"),
+        ))
         .await;
     let index = unique_index("rollback");
     let (status, sub) = node
