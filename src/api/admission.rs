@@ -25,11 +25,7 @@ use tokio::sync::Semaphore;
 use super::AppState;
 use super::error::ApiError;
 use crate::config::LimitSettings;
-
-/// Requests answered `503 overloaded` or `429`, by `reason`.
-pub const SHED: &str = "icefeed_http_requests_shed_total";
-/// Event streams and long polls open on the node.
-pub const WAITING: &str = "icefeed_http_waiting_requests";
+use crate::telemetry::metric::{HTTP_REQUESTS_SHED, HTTP_WAITING_REQUESTS};
 
 /// The admission state of one node.
 pub struct Admission {
@@ -68,7 +64,7 @@ impl Admission {
         let mut waiting = self.waiting.lock().expect("admission lock");
         let open = waiting.by_client.get(&client).copied().unwrap_or(0);
         if open >= self.limits.max_waiting_per_client {
-            metrics::counter!(SHED, "reason" => "client_limit").increment(1);
+            metrics::counter!(HTTP_REQUESTS_SHED.name, "reason" => "client_limit").increment(1);
             return Err(ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "too_many_waiting_requests",
@@ -85,7 +81,7 @@ impl Admission {
         }
         waiting.total += 1;
         *waiting.by_client.entry(client.clone()).or_default() += 1;
-        metrics::gauge!(WAITING).set(waiting.total as f64);
+        metrics::gauge!(HTTP_WAITING_REQUESTS.name).set(waiting.total as f64);
         Ok(WaitingPlace {
             waiting: self.waiting.clone(),
             client,
@@ -94,7 +90,7 @@ impl Admission {
 }
 
 fn overloaded(what: &str) -> ApiError {
-    metrics::counter!(SHED, "reason" => "overloaded").increment(1);
+    metrics::counter!(HTTP_REQUESTS_SHED.name, "reason" => "overloaded").increment(1);
     ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "overloaded",
@@ -122,7 +118,7 @@ impl Drop for WaitingPlace {
                 waiting.by_client.remove(&self.client);
             }
         }
-        metrics::gauge!(WAITING).set(waiting.total as f64);
+        metrics::gauge!(HTTP_WAITING_REQUESTS.name).set(waiting.total as f64);
     }
 }
 

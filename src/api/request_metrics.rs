@@ -3,15 +3,11 @@
 
 use std::time::Instant;
 
+use crate::telemetry::metric::{HTTP_REQUEST_DURATION, HTTP_REQUESTS};
 use axum::extract::{MatchedPath, Request};
 use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::Response;
-
-/// Requests answered.
-pub const REQUESTS: &str = "icefeed_http_requests_total";
-/// Time to the answer's head (a stream's lifetime is not counted).
-pub const DURATION: &str = "icefeed_http_request_duration_seconds";
 
 /// Counts and times every request.
 pub async fn track(request: Request, next: Next) -> Response {
@@ -38,7 +34,8 @@ pub async fn track(request: Request, next: Next) -> Response {
         ("route", route),
         ("status", response.status().as_u16().to_string()),
     ];
-    metrics::counter!(REQUESTS, &labels).increment(1);
-    metrics::histogram!(DURATION, &labels).record(started.elapsed().as_secs_f64());
+    metrics::counter!(HTTP_REQUESTS.name, &labels).increment(1);
+    metrics::histogram!(HTTP_REQUEST_DURATION.name, &labels)
+        .record(started.elapsed().as_secs_f64());
     response
 }

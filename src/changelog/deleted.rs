@@ -144,7 +144,8 @@ impl DeleteCache {
                         let past = positions.remove_range(data.record_count..);
                         if past > 0 {
                             // The spec: such rows delete nothing. A writer bug, worth seeing.
-                            metrics::counter!("icefeed_delete_anomalies_total").increment(past);
+                            metrics::counter!(crate::telemetry::metric::DELETE_ANOMALIES.name)
+                                .increment(past);
                             tracing::warn!(delete = %path, data = %data.path, past, "position deletes past the end of the data file");
                         }
                         dead |= positions;

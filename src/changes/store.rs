@@ -22,6 +22,7 @@ use super::ReadSchema;
 use super::server_copy::S3Home;
 use crate::changelog::read::stream_data_file;
 use crate::changelog::{DeleteCache, FileRows};
+use crate::telemetry::metric::INSERT_BYTES_COPIED;
 
 /// Source files up to this size are copied in one request; larger ones in parts.
 const SINGLE_PUT_LIMIT: u64 = 16 << 20;
@@ -88,9 +89,6 @@ pub struct ChangeStore {
     /// The bucket when the store is on S3: data files there are copied by the server.
     s3: Option<Arc<S3Home>>,
 }
-
-/// Bytes of data files copied into insert segments, by who moved them (`server`, `node`).
-pub const INSERT_BYTES_COPIED: &str = "icefeed_insert_bytes_copied_total";
 
 /// A segment written to the change store.
 #[derive(Clone, Debug)]
@@ -194,7 +192,7 @@ impl ChangeStore {
             upload.finish().await?;
             (rows, size)
         };
-        metrics::counter!(INSERT_BYTES_COPIED, "by" => "node").increment(size);
+        metrics::counter!(INSERT_BYTES_COPIED.name, "by" => "node").increment(size);
         Ok(StoredSegment {
             path: key.to_string(),
             rows: rows as i64,
@@ -221,7 +219,7 @@ impl ChangeStore {
         check_rows(source, rows, expected_rows)?;
         match self.objects.copy(from, &self.full(key)).await {
             Ok(()) => {
-                metrics::counter!(INSERT_BYTES_COPIED, "by" => "server").increment(size);
+                metrics::counter!(INSERT_BYTES_COPIED.name, "by" => "server").increment(size);
                 Ok(Some(StoredSegment {
                     path: key.to_string(),
                     rows: rows as i64,

@@ -12,14 +12,10 @@ use futures::Stream;
 use tokio::time::Instant;
 
 use super::notify::{ChangeWaiter, Stopped};
+use crate::telemetry::metric::{EVENTS_STREAMED, OPEN_STREAMS};
 
 /// The comment sent when a stream has been idle for the heartbeat interval.
 pub const HEARTBEAT: &[u8] = b": keep-alive\n\n";
-
-/// Gauge of streams open on this node.
-pub const OPEN_STREAMS: &str = "icefeed_delivery_open_streams";
-/// Counter of events sent over streams.
-pub const EVENTS_STREAMED: &str = "icefeed_delivery_events_streamed_total";
 
 /// Timing of a stream.
 #[derive(Clone, Copy, Debug)]
@@ -119,7 +115,7 @@ impl<S, F> Machine<S, F> {
             self.position = Some(page.next);
             self.fetch_now = page.more;
             if page.count > 0 {
-                metrics::counter!(EVENTS_STREAMED).increment(page.count as u64);
+                metrics::counter!(EVENTS_STREAMED.name).increment(page.count as u64);
                 self.last_sent = Instant::now();
                 return Some(Ok(Bytes::from(page.body)));
             }
@@ -132,14 +128,14 @@ struct OpenStream;
 
 impl OpenStream {
     fn new() -> Self {
-        metrics::gauge!(OPEN_STREAMS).increment(1.0);
+        metrics::gauge!(OPEN_STREAMS.name).increment(1.0);
         Self
     }
 }
 
 impl Drop for OpenStream {
     fn drop(&mut self) {
-        metrics::gauge!(OPEN_STREAMS).decrement(1.0);
+        metrics::gauge!(OPEN_STREAMS.name).decrement(1.0);
     }
 }
 

@@ -46,7 +46,7 @@ impl Janitor {
                 table = %pruned.table, through = pruned.through, change_sets = pruned.change_sets,
                 "pruned change sets past retention"
             );
-            metrics::counter!("icefeed_change_sets_pruned_total")
+            metrics::counter!(crate::telemetry::metric::CHANGE_SETS_PRUNED.name)
                 .increment(pruned.change_sets as u64);
         }
         // Batch after batch, so that a busy node's garbage does not pile up between passes;

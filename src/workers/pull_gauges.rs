@@ -10,15 +10,10 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::store::{Lag, Lease, Store};
+use crate::telemetry::metric::{PULL_LAG_EVENTS, PULL_LAG_SECONDS, PULL_LAG_SNAPSHOTS};
 use crate::workers::push::gauges::set_lag_gauges;
 
 const LEASE: &str = "subscription-gauges";
-/// Published events a pull subscription has not acknowledged.
-pub const LAG_EVENTS: &str = "icefeed_subscription_lag_events";
-/// Snapshots a pull subscription has not acknowledged, published or not.
-pub const LAG_SNAPSHOTS: &str = "icefeed_subscription_lag_snapshots";
-/// Age of the oldest change a pull subscription has not acknowledged.
-pub const LAG_SECONDS: &str = "icefeed_subscription_lag_seconds";
 
 /// Reports the lag of every pull subscription while it holds the lease.
 #[derive(Clone)]
@@ -89,7 +84,12 @@ impl PullGauges {
 }
 
 fn set(id: Uuid, name: &str, lag: &Lag) {
-    set_lag_gauges([LAG_EVENTS, LAG_SNAPSHOTS, LAG_SECONDS], id, name, lag);
+    set_lag_gauges(
+        [PULL_LAG_EVENTS, PULL_LAG_SNAPSHOTS, PULL_LAG_SECONDS],
+        id,
+        name,
+        lag,
+    );
 }
 
 fn clear_all(reported: &mut BTreeMap<Uuid, String>) {

@@ -17,6 +17,7 @@ use crate::changes::ChangeStore;
 use crate::config::SchedulerSettings;
 use crate::failure::FailureCode;
 use crate::store::{SourceTable, Store};
+use crate::telemetry::metric;
 
 /// Longest wait before retrying a table after a transient failure.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
@@ -149,9 +150,9 @@ impl Scheduler {
                     .oldest_pending_committed_at
                     .map(|t| (chrono::Utc::now() - t).num_milliseconds() as f64 / 1000.0)
                     .unwrap_or(0.0);
-                metrics::gauge!("icefeed_table_snapshots_behind", &labels)
+                metrics::gauge!(metric::TABLE_SNAPSHOTS_BEHIND.name, &labels)
                     .set(outcome.snapshots_behind as f64);
-                metrics::gauge!("icefeed_table_seconds_behind", &labels).set(behind);
+                metrics::gauge!(metric::TABLE_SECONDS_BEHIND.name, &labels).set(behind);
                 if let Err(e) = self.store.record_poll(table.id, &lease, &outcome).await {
                     tracing::debug!(error = %e, "could not record poll");
                 }
@@ -160,7 +161,7 @@ impl Scheduler {
                 tracing::info!(table = %name, "sync abandoned");
             }
             Err(SyncError::Transient(failure)) => {
-                metrics::counter!("icefeed_scheduler_poll_errors_total", &labels).increment(1);
+                metrics::counter!(metric::POLL_ERRORS.name, &labels).increment(1);
                 tracing::warn!(table = %name, code = %failure.code, error = %failure, "poll failed; will retry");
                 let backoff = self.backoff(&table);
                 let _ = self
@@ -169,7 +170,7 @@ impl Scheduler {
                     .await;
             }
             Err(SyncError::Table { failure, snapshot }) => {
-                metrics::counter!("icefeed_scheduler_poll_errors_total", &labels).increment(1);
+                metrics::counter!(metric::POLL_ERRORS.name, &labels).increment(1);
                 tracing::error!(table = %name, code = %failure.code, error = %failure, "table stopped");
                 let _ = self
                     .store

@@ -9,11 +9,9 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::telemetry::metric::SERVICE_RESTARTS;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-
-/// Restarts of a service that died.
-pub const RESTARTS: &str = "icefeed_service_restarts_total";
 
 /// The first wait before a restart; it doubles while the service keeps dying.
 pub const FIRST_BACKOFF: Duration = Duration::from_secs(1);
@@ -78,7 +76,7 @@ impl Services {
                     backoff = services.first_backoff;
                 }
                 tracing::error!(service = %name, reason = %why, ?backoff, "service stopped; starting it again");
-                metrics::counter!(RESTARTS, "service" => name.clone()).increment(1);
+                metrics::counter!(SERVICE_RESTARTS.name, "service" => name.clone()).increment(1);
                 services.set(&name, |h| {
                     h.down = Some(why.clone());
                     h.restarts += 1;

@@ -23,6 +23,7 @@ use crate::changes::{
 use crate::config::SchedulerSettings;
 use crate::failure::{Failure, FailureCode};
 use crate::store::{Lease, NewChangeSet, NewSegment, PollOutcome, SourceTable, Store, StoreError};
+use crate::telemetry::metric;
 
 /// Why a sync stopped early, by kind.
 #[derive(Debug, thiserror::Error)]
@@ -398,7 +399,7 @@ impl TableSync<'_> {
             _ => regained,
         };
         if resurrected_rows > 0 {
-            metrics::counter!("icefeed_resurrected_rows_total").increment(resurrected_rows as u64);
+            metrics::counter!(metric::RESURRECTED_ROWS.name).increment(resurrected_rows as u64);
             tracing::warn!(
                 table = %table.table_name, snapshot_id, resurrected_rows,
                 "the snapshot dropped deletes without replacing them: rows they had deleted \
@@ -442,8 +443,8 @@ impl TableSync<'_> {
             Err(e) => return Err(e.into()),
         }
         let rows: i64 = change_set.segments.iter().map(|s| s.event_count).sum();
-        metrics::counter!("icefeed_scheduler_rows_published_total").increment(rows as u64);
-        metrics::counter!("icefeed_scheduler_change_sets_published_total").increment(1);
+        metrics::counter!(metric::ROWS_PUBLISHED.name).increment(rows as u64);
+        metrics::counter!(metric::CHANGE_SETS_PUBLISHED.name).increment(1);
         let kind = kind.as_str();
         tracing::info!(table = %table.table_name, snapshot_id, ordinal, rows, kind, "published change set");
         Ok(())

@@ -18,6 +18,7 @@ use crate::changes::{ChangeStore, ChangeStoreError, ReadSchema};
 use crate::config::SchedulerSettings;
 use crate::failure::{Failure, FailureCode};
 use crate::store::{ClaimedTask, Store, StoreError, TableId};
+use crate::telemetry::metric;
 
 /// Why a task failed, by kind.
 #[derive(Debug, thiserror::Error)]
@@ -232,7 +233,7 @@ impl TaskRunner {
             outcome = self.execute(&task) => outcome,
             _ = lost.cancelled() => return Ok(true),
         };
-        metrics::histogram!("icefeed_task_duration_seconds", "kind" => task.kind.clone())
+        metrics::histogram!(metric::TASK_DURATION.name, "kind" => task.kind.clone())
             .record(started.elapsed().as_secs_f64());
         match outcome {
             Ok(result) => match store.complete_task(&task, &result).await {
@@ -240,7 +241,7 @@ impl TaskRunner {
                 other => other?,
             },
             Err(e) => {
-                metrics::counter!("icefeed_task_failures_total", "kind" => task.kind.clone())
+                metrics::counter!(metric::TASK_FAILURES.name, "kind" => task.kind.clone())
                     .increment(1);
                 let permanent = matches!(e, TaskError::Permanent(_));
                 tracing::warn!(task = %task.id, attempt = task.attempts, error = %e, "task failed");

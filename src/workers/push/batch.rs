@@ -299,16 +299,17 @@ impl Pusher {
 
     fn record(&self, commit: &PushCommit) {
         let label = super::gauges::labels(self.reader.id, &self.name);
-        for (name, value) in [
-            ("icefeed_push_documents_indexed_total", commit.indexed),
-            ("icefeed_push_documents_deleted_total", commit.deleted),
-            ("icefeed_push_documents_skipped_total", commit.skipped),
-            (
-                "icefeed_push_documents_rejected_total",
-                commit.dead.len() as i64,
-            ),
+        use crate::telemetry::metric::{
+            PUSH_DOCUMENTS_DELETED, PUSH_DOCUMENTS_INDEXED, PUSH_DOCUMENTS_REJECTED,
+            PUSH_DOCUMENTS_SKIPPED,
+        };
+        for (metric, value) in [
+            (PUSH_DOCUMENTS_INDEXED, commit.indexed),
+            (PUSH_DOCUMENTS_DELETED, commit.deleted),
+            (PUSH_DOCUMENTS_SKIPPED, commit.skipped),
+            (PUSH_DOCUMENTS_REJECTED, commit.dead.len() as i64),
         ] {
-            metrics::counter!(name, &label).increment(value as u64);
+            metrics::counter!(metric.name, &label).increment(value as u64);
         }
     }
 }

@@ -7,6 +7,9 @@
 use uuid::Uuid;
 
 use crate::store::{Lag, SubscriptionState};
+use crate::telemetry::metric::{
+    Metric, PUSH_LAG_EVENTS, PUSH_LAG_SECONDS, PUSH_LAG_SNAPSHOTS, PUSH_STATE,
+};
 
 const ALL_STATES: [SubscriptionState; 4] = [
     SubscriptionState::Active,
@@ -14,15 +17,6 @@ const ALL_STATES: [SubscriptionState; 4] = [
     SubscriptionState::Paused,
     SubscriptionState::Failed,
 ];
-
-/// `1` for the subscription's current state, `0` for the others.
-pub const STATE: &str = "icefeed_push_state";
-/// Published events the subscription has not pushed.
-pub const LAG_EVENTS: &str = "icefeed_push_lag_events";
-/// Snapshots the subscription has not pushed (published or not).
-pub const LAG_SNAPSHOTS: &str = "icefeed_push_lag_snapshots";
-/// Age in seconds of the oldest change not pushed.
-pub const LAG_SECONDS: &str = "icefeed_push_lag_seconds";
 
 /// A subscription's state as the API and the `state` label name it.
 pub fn state_name(state: SubscriptionState) -> &'static str {
@@ -49,14 +43,14 @@ pub fn set_state(id: Uuid, subscription: &str, state: SubscriptionState) {
         let name = state_name(state);
         let mut labels = labels(id, subscription);
         labels.push(("state", name.to_string()));
-        metrics::gauge!(STATE, &labels).set(if name == current { 1.0 } else { 0.0 });
+        metrics::gauge!(PUSH_STATE.name, &labels).set(if name == current { 1.0 } else { 0.0 });
     }
 }
 
 /// Sets the lag gauges of a push subscription.
 pub fn set_lag(id: Uuid, subscription: &str, lag: &Lag) {
     set_lag_gauges(
-        [LAG_EVENTS, LAG_SNAPSHOTS, LAG_SECONDS],
+        [PUSH_LAG_EVENTS, PUSH_LAG_SNAPSHOTS, PUSH_LAG_SECONDS],
         id,
         subscription,
         lag,
@@ -64,12 +58,12 @@ pub fn set_lag(id: Uuid, subscription: &str, lag: &Lag) {
 }
 
 /// Sets the three lag gauges `names` (events, snapshots, seconds) of a subscription.
-pub fn set_lag_gauges(names: [&'static str; 3], id: Uuid, subscription: &str, lag: &Lag) {
+pub fn set_lag_gauges(metrics: [Metric; 3], id: Uuid, subscription: &str, lag: &Lag) {
     let labels = labels(id, subscription);
-    let [events, snapshots, seconds] = names;
-    metrics::gauge!(events, &labels).set(lag.events as f64);
-    metrics::gauge!(snapshots, &labels).set(lag.snapshots as f64);
-    metrics::gauge!(seconds, &labels).set(lag.seconds());
+    let [events, snapshots, seconds] = metrics;
+    metrics::gauge!(events.name, &labels).set(lag.events as f64);
+    metrics::gauge!(snapshots.name, &labels).set(lag.snapshots as f64);
+    metrics::gauge!(seconds.name, &labels).set(lag.seconds());
 }
 
 /// Clears the gauges of a subscription this node no longer reports: no state, no lag.
@@ -77,7 +71,7 @@ pub fn clear(id: Uuid, subscription: &str) {
     for state in ALL_STATES {
         let mut labels = labels(id, subscription);
         labels.push(("state", state_name(state).to_string()));
-        metrics::gauge!(STATE, &labels).set(0.0);
+        metrics::gauge!(PUSH_STATE.name, &labels).set(0.0);
     }
     set_lag(id, subscription, &Lag::default());
 }

@@ -87,7 +87,8 @@ pub(super) async fn cancel_spilled(
             .await
             .map_err(TaskError::change_store)?;
     }
-    metrics::counter!("icefeed_shuffle_spilled_partitions_total").increment(partitions as u64);
+    metrics::counter!(crate::telemetry::metric::SPILLED_PARTITIONS.name)
+        .increment(partitions as u64);
     Ok(partitions)
 }
 
