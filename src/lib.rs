@@ -3,6 +3,7 @@
 pub mod api;
 pub mod app;
 pub mod catalog;
+pub mod change;
 pub mod changelog;
 pub mod changes;
 pub mod cli;

@@ -17,62 +17,7 @@ use arrow::error::ArrowError;
 use arrow::row::{RowConverter, Rows, SortField};
 use foldhash::fast::FixedState;
 
-/// What a change row is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Op {
-    /// A new row (`after`).
-    Insert = 0,
-    /// A removed row (`before`).
-    Delete = 1,
-    /// A row whose non-key values changed (`before` and `after`).
-    Update = 2,
-}
-
-impl Op {
-    /// The event name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Op::Insert => "insert",
-            Op::Delete => "delete",
-            Op::Update => "update",
-        }
-    }
-
-    /// The code stored in segments.
-    pub fn code(self) -> i8 {
-        self as i8
-    }
-
-    /// The op of a stored code.
-    pub fn from_code(code: i8) -> Option<Self> {
-        match code {
-            0 => Some(Op::Insert),
-            1 => Some(Op::Delete),
-            2 => Some(Op::Update),
-            _ => None,
-        }
-    }
-}
-
-/// One change: indexes into the surviving deleted and inserted rows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ChangeRow {
-    /// What happened.
-    pub op: Op,
-    /// Row of the deleted side (`before`).
-    pub before: Option<u32>,
-    /// Row of the inserted side (`after`).
-    pub after: Option<u32>,
-}
-
-/// Rows that survived carryover removal, all in the snapshot's schema.
-#[derive(Clone, Debug)]
-pub struct Survivors {
-    /// Rows removed for real.
-    pub deleted: RecordBatch,
-    /// Rows added for real.
-    pub inserted: RecordBatch,
-}
+use crate::change::{ChangeRow, Op, Survivors};
 
 /// Cancels rows that appear identically in `removed` and `added` (a multiset difference).
 /// Survivors keep their input order. Only the removed side's rows are held in the row

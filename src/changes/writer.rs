@@ -13,7 +13,7 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
 use super::ChangeStoreError;
-use crate::changelog::carryover::{ChangeRow, Survivors};
+use crate::change::{ChangeRow, Survivors};
 
 /// Column names of a `changes` segment.
 pub const OP: &str = "_op";
@@ -81,7 +81,7 @@ mod tests {
     use parquet::file::metadata::PageIndexPolicy;
 
     use super::*;
-    use crate::changelog::carryover::Op;
+    use crate::change::Op;
 
     #[test]
     fn segments_have_small_pages_and_no_dictionaries() {

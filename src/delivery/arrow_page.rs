@@ -10,7 +10,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::ipc::writer::StreamWriter;
 
 use super::pull::{EventBatch, EventSink, FeedError};
-use crate::changelog::carryover::Op;
+use crate::change::Op;
 use crate::changes::ReadSchema;
 use crate::store::{SegmentRecord, TableId};
 

@@ -7,7 +7,7 @@ use chrono::{DateTime, SecondsFormat, SubsecRound, Utc};
 use iceberg::spec::NestedFieldRef;
 
 use super::pull::{EventBatch, EventSink, FeedError, Image};
-use crate::changelog::carryover::Op;
+use crate::change::Op;
 use crate::changes::Position;
 use crate::changes::json::{BoundRecord, JsonOptions, RecordEncoder, write_json_string};
 use crate::store::{SegmentRecord, SourceTable, TableId};

@@ -10,7 +10,7 @@ use arrow::buffer::NullBuffer;
 use arrow::datatypes::{Fields, Int8Type};
 
 use super::selection::{OpSet, Selection};
-use crate::changelog::carryover::Op;
+use crate::change::Op;
 use crate::changelog::key_indexes;
 use crate::changes::writer;
 use crate::changes::{ChangeStoreError, Position, ReadSchema, SegmentFile, SegmentReader};

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::changelog::carryover::Op;
+use crate::change::Op;
 
 /// A set of operations (`insert`, `update`, `delete`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -14,7 +14,7 @@ use tokio_util::task::AbortOnDropHandle;
 use uuid::Uuid;
 
 use super::Pusher;
-use crate::changelog::carryover::Op;
+use crate::change::Op;
 use crate::changes::Position;
 use crate::delivery::opensearch::{BulkAction, BulkItem, ItemOutcome, PushTarget, SendError};
 use crate::delivery::push::{

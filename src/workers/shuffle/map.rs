@@ -10,8 +10,9 @@ use arrow::row::{RowConverter, SortField};
 
 use super::files::{Partitioned, shuffled_schema, with_side};
 use super::{MapResult, MapTask, estimated_memory, spill};
+use crate::change::Survivors;
 use crate::changelog::DeleteCache;
-use crate::changelog::carryover::{Survivors, cancel_carryover};
+use crate::changelog::carryover::cancel_carryover;
 use crate::store::ClaimedTask;
 use crate::workers::tasks::{TaskContext, TaskError};
 

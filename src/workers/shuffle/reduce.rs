@@ -5,7 +5,8 @@ use arrow::compute::concat_batches;
 
 use super::files::{read_parts, split_sides};
 use super::{ReduceResult, ReduceTask};
-use crate::changelog::carryover::{PairError, Survivors, pair};
+use crate::change::Survivors;
+use crate::changelog::carryover::{PairError, pair};
 use crate::changes::writer::encode_changes;
 use crate::failure::{Failure, FailureCode};
 use crate::store::ClaimedTask;
