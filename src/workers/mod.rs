@@ -9,10 +9,12 @@ mod scheduler;
 mod shuffle;
 pub mod supervisor;
 mod sync;
+mod sync_error;
 pub mod tasks;
 
 pub use heartbeat::Heartbeat;
 pub use janitor::Janitor;
 pub use push::PushWorker;
 pub use scheduler::Scheduler;
-pub use sync::{SyncError, TableSync, committed_at};
+pub use sync::{TableSync, committed_at};
+pub use sync_error::SyncError;

@@ -5,7 +5,7 @@ use iceberg::spec::SchemaRef;
 use tokio_util::sync::CancellationToken;
 
 use super::shuffle::{Shuffle, ShuffleOutcome};
-use super::sync::SyncError;
+use super::sync_error::SyncError;
 use crate::changelog::FileRows;
 use crate::changes::ChangeSetKey;
 use crate::config::SchedulerSettings;

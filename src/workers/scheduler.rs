@@ -11,7 +11,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::heartbeat::Heartbeat;
-use super::sync::{SyncError, TableSync};
+use super::sync::TableSync;
+use super::sync_error::SyncError;
 use crate::catalog::CatalogCache;
 use crate::changes::ChangeStore;
 use crate::config::SchedulerSettings;

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 pub use map::run_map;
 pub use reduce::run_reduce;
 
-use super::sync::SyncError;
+use super::sync_error::SyncError;
 use crate::changelog::FileRows;
 use crate::changes::ChangeSetKey;
 use crate::failure::{Failure, FailureCode};
