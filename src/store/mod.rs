@@ -25,7 +25,7 @@ pub use subscriptions::{
     SubscriptionState,
 };
 pub use tables::{NewSourceTable, PollOutcome, SourceTable, TableId, TableState, display_name};
-pub use tasks::{ClaimedTask, TaskFailure, TaskProgress, TaskStatus};
+pub use tasks::{ClaimedTask, TaskFailure, TaskKind, TaskProgress, TaskStatus};
 pub use tokens::ApiToken;
 
 /// The migrations in `migrations/`, embedded in the binary.

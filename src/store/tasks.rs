@@ -7,6 +7,30 @@ use super::{Store, StoreError, TableId};
 use crate::changes::ChangeSetKey;
 use crate::failure::{Failure, FailureCode};
 
+/// What a task does: the two steps of a change set's shuffle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskKind {
+    Map,
+    Reduce,
+}
+
+impl TaskKind {
+    /// As stored and labelled.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskKind::Map => "map",
+            TaskKind::Reduce => "reduce",
+        }
+    }
+
+    /// The kind stored as `kind`.
+    pub fn parse(kind: &str) -> Option<Self> {
+        [TaskKind::Map, TaskKind::Reduce]
+            .into_iter()
+            .find(|k| k.as_str() == kind)
+    }
+}
+
 /// A task this node claimed.
 #[derive(Clone, Debug, sqlx::FromRow)]
 pub struct ClaimedTask {
@@ -65,7 +89,7 @@ impl Store {
     pub async fn create_tasks(
         &self,
         key: &ChangeSetKey,
-        kind: &str,
+        kind: TaskKind,
         tasks: &[(String, serde_json::Value)],
     ) -> Result<(), StoreError> {
         let (ids, payloads): (Vec<String>, Vec<serde_json::Value>) = tasks.iter().cloned().unzip();
@@ -78,7 +102,7 @@ impl Store {
         .bind(key.table)
         .bind(key.snapshot_id)
         .bind(key.ordinal)
-        .bind(kind)
+        .bind(kind.as_str())
         .bind(&ids)
         .bind(&payloads)
         .execute(&self.pool)
@@ -191,7 +215,7 @@ impl Store {
     pub async fn task_progress(
         &self,
         key: &ChangeSetKey,
-        kind: &str,
+        kind: TaskKind,
     ) -> Result<TaskProgress, StoreError> {
         type Progress = (i64, i64, Option<String>, Option<String>, Option<bool>);
         // One failed task speaks for the change set: a permanent one if there is one.
@@ -207,7 +231,7 @@ impl Store {
         .bind(key.table)
         .bind(key.ordinal)
         .bind(key.snapshot_id)
-        .bind(kind)
+        .bind(kind.as_str())
         .fetch_one(&self.pool)
         .await?;
         Ok(TaskProgress {
@@ -229,7 +253,7 @@ impl Store {
     pub async fn change_set_tasks(
         &self,
         key: &ChangeSetKey,
-        kind: &str,
+        kind: TaskKind,
     ) -> Result<Vec<TaskStatus>, StoreError> {
         Ok(sqlx::query_as(
             "SELECT id, state, result, error FROM tasks \
@@ -239,7 +263,7 @@ impl Store {
         .bind(key.table)
         .bind(key.ordinal)
         .bind(key.snapshot_id)
-        .bind(kind)
+        .bind(kind.as_str())
         .fetch_all(&self.pool)
         .await?)
     }

@@ -17,7 +17,7 @@ use crate::changes::json::{JsonOptions, RecordEncoder};
 use crate::changes::{ChangeStore, ChangeStoreError, ReadSchema};
 use crate::config::SchedulerSettings;
 use crate::failure::{Failure, FailureCode};
-use crate::store::{ClaimedTask, Store, StoreError, TableId};
+use crate::store::{ClaimedTask, Store, StoreError, TableId, TaskKind};
 use crate::telemetry::metric;
 
 /// Why a task failed, by kind.
@@ -259,19 +259,19 @@ impl TaskRunner {
                 format!("malformed task: {e}"),
             ))
         };
-        let result = match task.kind.as_str() {
-            "map" => {
+        let result = match TaskKind::parse(&task.kind) {
+            Some(TaskKind::Map) => {
                 let map: MapTask = serde_json::from_value(payload).map_err(bad)?;
                 serde_json::to_value(run_map(&self.context, task, map).await?)
             }
-            "reduce" => {
+            Some(TaskKind::Reduce) => {
                 let reduce: ReduceTask = serde_json::from_value(payload).map_err(bad)?;
                 serde_json::to_value(run_reduce(&self.context, task, reduce).await?)
             }
-            other => {
+            None => {
                 return Err(TaskError::Permanent(Failure::new(
                     FailureCode::Internal,
-                    format!("unknown task kind {other}"),
+                    format!("unknown task kind {}", task.kind),
                 )));
             }
         };

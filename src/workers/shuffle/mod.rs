@@ -22,7 +22,7 @@ use super::sync_error::SyncError;
 use crate::changelog::FileRows;
 use crate::changes::ChangeSetKey;
 use crate::failure::{Failure, FailureCode};
-use crate::store::{NewSegment, Store, TaskFailure};
+use crate::store::{NewSegment, Store, TaskFailure, TaskKind};
 
 /// Input of a map task: the removed and added files of whole partition groups.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -191,10 +191,15 @@ impl Shuffle<'_> {
         let maps: Vec<(String, serde_json::Value)> = pack(groups, self.map_memory_bytes)
             .into_iter()
             .enumerate()
-            .map(|(g, t)| (self.change_set.task_id("map", g), to_json(&t)))
+            .map(|(g, t)| {
+                (
+                    self.change_set.task_id(TaskKind::Map.as_str(), g),
+                    to_json(&t),
+                )
+            })
             .collect();
-        self.create_tasks("map", &maps).await?;
-        let results: Vec<MapResult> = self.wait("map").await?;
+        self.create_tasks(TaskKind::Map, &maps).await?;
+        let results: Vec<MapResult> = self.wait(TaskKind::Map).await?;
 
         let mut by_bucket: BTreeMap<u32, Vec<BucketFile>> = BTreeMap::new();
         for file in results.iter().flat_map(|r| r.buckets.iter().cloned()) {
@@ -211,11 +216,12 @@ impl Shuffle<'_> {
                         key: self.key.clone(),
                         inputs,
                     };
-                    (self.change_set.task_id("reduce", n), to_json(&task))
+                    let id = self.change_set.task_id(TaskKind::Reduce.as_str(), n);
+                    (id, to_json(&task))
                 })
                 .collect();
-        self.create_tasks("reduce", &reduces).await?;
-        let outputs: Vec<ReduceResult> = self.wait("reduce").await?;
+        self.create_tasks(TaskKind::Reduce, &reduces).await?;
+        let outputs: Vec<ReduceResult> = self.wait(TaskKind::Reduce).await?;
         Ok(ShuffleOutcome {
             deleted: results.iter().map(|r| r.deleted).sum(),
             inserted: results.iter().map(|r| r.inserted).sum(),
@@ -239,7 +245,7 @@ impl Shuffle<'_> {
     /// are planned once, even if this node would pack them differently.
     async fn create_tasks(
         &self,
-        kind: &str,
+        kind: TaskKind,
         tasks: &[(String, serde_json::Value)],
     ) -> Result<(), SyncError> {
         let progress = self.store.task_progress(&self.change_set, kind).await?;
@@ -256,7 +262,10 @@ impl Shuffle<'_> {
     /// one that failed for good stops the table with its error, one whose attempts ran
     /// out on passing failures (a store refusing writes for a while) is retried with the
     /// table's backoff.
-    async fn wait<T: for<'de> Deserialize<'de>>(&self, kind: &str) -> Result<Vec<T>, SyncError> {
+    async fn wait<T: for<'de> Deserialize<'de>>(
+        &self,
+        kind: TaskKind,
+    ) -> Result<Vec<T>, SyncError> {
         loop {
             let progress = self.store.task_progress(&self.change_set, kind).await?;
             if let Some(failure) = progress.failed {
