@@ -7,11 +7,6 @@ use bytes::Bytes;
 use parquet::arrow::arrow_reader::RowSelector;
 use roaring::RoaringTreemap;
 
-/// The key of the deleted rows of the segment at `segment_key`, beside it.
-pub fn key(segment_key: &str) -> String {
-    format!("{}.deleted", segment_key.trim_end_matches(".parquet"))
-}
-
 /// The stored form of `deleted`.
 pub fn encode(deleted: &RoaringTreemap) -> Bytes {
     let mut bytes = Vec::with_capacity(deleted.serialized_size());
@@ -147,9 +142,5 @@ mod tests {
         let deleted: RoaringTreemap = [1u64, 5, 1 << 33].into_iter().collect();
         assert_eq!(decode(&encode(&deleted)).unwrap(), deleted);
         assert!(decode(b"not a bitmap").is_err());
-        assert_eq!(
-            key("tables/t/snapshots/1/000003.parquet"),
-            "tables/t/snapshots/1/000003.deleted"
-        );
     }
 }

@@ -50,6 +50,12 @@ impl ChangeSetKey {
     }
 }
 
+/// The key of the deleted rows of the segment at `segment_key` (a copied data file's rows
+/// that are not events, see `deleted_rows`), beside it.
+pub fn deleted_rows_of(segment_key: &str) -> String {
+    format!("{}.deleted", segment_key.trim_end_matches(".parquet"))
+}
+
 /// The prefix of the segments of a change set published before change sets were keyed by
 /// ordinal.
 pub fn legacy_prefix(table: TableId, snapshot_id: i64) -> String {
@@ -84,6 +90,10 @@ mod tests {
         }
         // Nor does a change set share its prefix with one of the older layout.
         assert!(!key(3, 7).prefix().starts_with(&legacy_prefix(table, 7)));
+        assert_eq!(
+            deleted_rows_of(&key(3, 7).segment(3)),
+            format!("tables/{table}/change-sets/3-7/000003.deleted")
+        );
         assert_eq!(
             key(3, 7).shuffle_file("t/3-7/map/000002", "0001"),
             format!("shuffle/{table}/3-7/m000002-0001.arrow")

@@ -437,7 +437,7 @@ mod tests {
         // the start of the next group).
         let mut deleted: RoaringTreemap = (0..1000u64).step_by(3).collect();
         deleted.insert_range(380..450);
-        let key = deleted_rows::key("s.parquet");
+        let key = crate::changes::key::deleted_rows_of("s.parquet");
         store
             .put(&key, deleted_rows::encode(&deleted))
             .await

@@ -16,6 +16,7 @@ use crate::catalog::{CatalogCache, CatalogConfig, parse_ident};
 use crate::changelog::{
     self, DataFileRef, DeleteCache, FileRows, Reset, SnapshotPlan, key_indexes,
 };
+use crate::changes::key::deleted_rows_of;
 use crate::changes::{
     ChangeSetKey, ChangeStore, ChangeStoreError, ReadSchema, StoredSegment, deleted_rows,
 };
@@ -352,7 +353,7 @@ impl InsertCopy<'_> {
         let deleted_rows = if deleted.is_empty() {
             None
         } else {
-            let deleted_key = deleted_rows::key(key);
+            let deleted_key = deleted_rows_of(key);
             self.changes
                 .put(&deleted_key, deleted_rows::encode(&deleted))
                 .await?;
