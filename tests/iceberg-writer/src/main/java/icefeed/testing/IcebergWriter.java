@@ -136,6 +136,11 @@ import org.apache.iceberg.types.Types;
  *   <li>{@code expire}: {@code snapshot_ids} expired with {@code expireSnapshots()}; with
  *       {@code clean_files} true also the files only they referenced are deleted. No
  *       snapshot.
+ *   <li>{@code rollback}: the branch back to its ancestor {@code snapshot_id}
+ *       ({@code rollbackTo}); {@code set_current}: the branch to any snapshot
+ *       {@code snapshot_id} ({@code setCurrentSnapshot}). No snapshot.
+ *   <li>{@code history}: the ids of the current snapshot and its ancestors, oldest first
+ *       ({@code lineage}).
  *   <li>{@code scan}: the live rows of {@code snapshot} (default current) as Iceberg Java
  *       reads them, with {@code _file} and {@code _pos}, projected by field id to the schema
  *       of {@code schema_of} (default: that snapshot's own schema).
@@ -289,6 +294,20 @@ public final class IcebergWriter {
               .forEachRemaining(e -> update.set(e.getKey(), e.getValue().asText()));
           update.commit();
           return NODES.objectNode();
+        }
+      case "history":
+        {
+          // The branch's snapshots, oldest first.
+          List<Long> ids = new ArrayList<>();
+          for (Snapshot s = table.currentSnapshot(); s != null;
+              s = s.parentId() == null ? null : table.snapshot(s.parentId())) {
+            ids.add(0, s.snapshotId());
+          }
+          ArrayNode lineage = NODES.arrayNode();
+          ids.forEach(lineage::add);
+          ObjectNode out = NODES.objectNode();
+          out.set("lineage", lineage);
+          return out;
         }
       case "scan":
         return scan(table, tracked, step);
