@@ -16,7 +16,8 @@
 #   ICEFEED_TEST_REST_FIXTURE  classpath of the REST fixture server (skips rest-fixture.sh)
 #   ICEFEED_TEST_HIVE_METASTORE  classpath of the Hive metastore test server (skips hive-metastore.sh)
 #   ICEFEED_TEST_ICEBERG_WRITER  command running the Iceberg Java writer of the merge-on-read
-#                              tests (skips iceberg-writer.sh)
+#                              tests (skips iceberg-writer.sh); ICEFEED_ROLLBACK_SEEDS picks
+#                              the seeds of their random histories with rollbacks
 #   ICEFEED_TEST_SPARK_JAR     the Iceberg Spark runtime jar of the Spark differential test
 #                              (tests/it/spark.rs; skips spark.sh, which also puts pyspark in
 #                              the venv); ICEFEED_SPARK_SEEDS and ICEFEED_SPARK_COW_SEEDS pick
