@@ -16,7 +16,7 @@ pub struct Pending {
     /// The branch went back past the checkpoint: the checkpoint's state is to be replaced
     /// by that of the newest ancestor both share, first.
     pub reset: Option<Reset>,
-    /// Snapshots after the checkpoint (or `reset_to`) up to and including the head,
+    /// Snapshots after the checkpoint (or the reset's `to`) up to and including the head,
     /// oldest first.
     pub snapshots: Vec<SnapshotRef>,
 }

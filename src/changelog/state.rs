@@ -86,17 +86,18 @@ pub(super) async fn plan_reset(
     from: &SnapshotRef,
     to: &SnapshotRef,
 ) -> Result<SnapshotPlan, PlanError> {
-    let mut states = Vec::with_capacity(2);
-    for snapshot in [from, to] {
-        let list = super::manifest_list(table, snapshot).await?;
-        match load(table, snapshot, &list).await? {
-            Ok(entries) => states.push(entries),
-            Err(reason) => return Ok(SnapshotPlan::Unsupported(reason)),
+    let then = super::manifest_list(table, from).await?;
+    let now = super::manifest_list(table, to).await?;
+    let states = (
+        load(table, from, &then).await?,
+        load(table, to, &now).await?,
+    );
+    Ok(match states {
+        (Ok(then), Ok(now)) => {
+            diff_states(then, now).unwrap_or_else(|e| SnapshotPlan::Unsupported(e.to_string()))
         }
-    }
-    let now = states.pop().expect("two states");
-    let then = states.pop().expect("two states");
-    Ok(diff_states(then, now).unwrap_or_else(|e| SnapshotPlan::Unsupported(e.to_string())))
+        (Err(reason), _) | (_, Err(reason)) => SnapshotPlan::Unsupported(reason),
+    })
 }
 
 /// The change of state `then` into state `now`, by their live files.

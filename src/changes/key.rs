@@ -1,8 +1,8 @@
 //! Where the work of one change set lives: its segments and shuffle files in the change
 //! store and its tasks in PostgreSQL, all under one key. Owns every key layout of the
-//! change store; depends on nothing but the table id.
+//! change store; depends on nothing but the table id and the task kinds.
 
-use crate::store::TableId;
+use crate::store::{TableId, TaskKind};
 
 /// One change set being computed: the ordinal it will be published at and the snapshot
 /// whose changes (or, for a reset, whose state) it holds.
@@ -41,8 +41,8 @@ impl ChangeSetKey {
     }
 
     /// The id of its task `n` of `kind`; ids sort in task order.
-    pub fn task_id(&self, kind: &str, n: usize) -> String {
-        format!("{}/{}/{kind}/{n:06}", self.table, self.name())
+    pub fn task_id(&self, kind: TaskKind, n: usize) -> String {
+        format!("{}/{}/{}/{n:06}", self.table, self.name(), kind.as_str())
     }
 
     fn name(&self) -> String {
@@ -85,7 +85,7 @@ mod tests {
                 assert!(!a.prefix().starts_with(&b.prefix()), "{a:?} {b:?}");
                 assert!(!b.prefix().starts_with(&a.prefix()), "{a:?} {b:?}");
                 assert_ne!(a.shuffle_prefix(), b.shuffle_prefix());
-                assert_ne!(a.task_id("map", 0), b.task_id("map", 0));
+                assert_ne!(a.task_id(TaskKind::Map, 0), b.task_id(TaskKind::Map, 0));
             }
         }
         // Nor does a change set share its prefix with one of the older layout.

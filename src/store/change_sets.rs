@@ -15,10 +15,9 @@ pub const CHANGES_CHANNEL: &str = "icefeed_changes";
 /// A change set ready to publish.
 #[derive(Clone, Debug)]
 pub struct NewChangeSet {
-    /// The ordinal it was planned for: its objects are keyed by it, and it is published
-    /// only if the feed's last change set is still the one before.
-    pub ordinal: i64,
-    pub snapshot_id: i64,
+    /// Its table, snapshot and the ordinal it was planned for: its objects are keyed by
+    /// it, and it is published only if the feed's last change set is still the one before.
+    pub key: ChangeSetKey,
     pub sequence_number: i64,
     pub operation: String,
     /// `export`, `snapshot` or `reset`.
@@ -97,23 +96,19 @@ fn push_version(sequence_number: i64, last: i64) -> i64 {
         .max(last.saturating_add(1))
 }
 
-/// The change-store prefixes of the plans for `ordinal` that were abandoned for the one
-/// of `published`, from the snapshots their tasks were for.
-fn abandoned_prefixes(
-    table: TableId,
-    ordinal: i64,
-    published: i64,
-    planned: Vec<i64>,
-) -> Vec<String> {
-    let abandoned: std::collections::BTreeSet<i64> =
-        planned.into_iter().filter(|s| *s != published).collect();
+/// The change-store prefixes of the plans for the ordinal of `published` that were
+/// abandoned for it, from the snapshots their tasks were for.
+fn abandoned_prefixes(published: &ChangeSetKey, planned: Vec<i64>) -> Vec<String> {
+    let abandoned: std::collections::BTreeSet<i64> = planned
+        .into_iter()
+        .filter(|s| *s != published.snapshot_id)
+        .collect();
     abandoned
         .into_iter()
         .flat_map(|snapshot_id| {
             let key = ChangeSetKey {
-                table,
-                ordinal,
                 snapshot_id,
+                ..*published
             };
             [key.prefix(), key.shuffle_prefix()]
         })
@@ -122,14 +117,14 @@ fn abandoned_prefixes(
 
 impl Store {
     /// Publishes a change set and advances the checkpoint in one transaction fenced by the
-    /// table lease, if the feed's last change set is still the one before `cs.ordinal`
+    /// table lease, if the feed's last change set is still the one before its ordinal
     /// (else `Conflict`: the plan is stale). Wakes every node's streams.
     pub async fn publish_change_set(
         &self,
-        table: TableId,
         lease: &Lease,
         cs: &NewChangeSet,
-    ) -> Result<i64, StoreError> {
+    ) -> Result<(), StoreError> {
+        let table = cs.key.table;
         let mut tx = self.pool.begin().await?;
         fence(&mut tx, lease).await?;
         let (last, last_version): (i64, i64) = sqlx::query_as(
@@ -139,7 +134,7 @@ impl Store {
         .fetch_optional(&mut *tx)
         .await?
         .ok_or(StoreError::NotFound)?;
-        let ordinal = cs.ordinal;
+        let ordinal = cs.key.ordinal;
         if last + 1 != ordinal {
             return Err(StoreError::Conflict(format!(
                 "change set {ordinal} was planned after change set {}, but the feed's last \
@@ -148,12 +143,7 @@ impl Store {
             )));
         }
         let version = push_version(cs.sequence_number, last_version);
-        let prefix = ChangeSetKey {
-            table,
-            ordinal,
-            snapshot_id: cs.snapshot_id,
-        }
-        .prefix();
+        let prefix = cs.key.prefix();
         let event_count: i64 = cs.segments.iter().map(|s| s.event_count).sum();
 
         sqlx::query(
@@ -173,7 +163,7 @@ impl Store {
         )
         .bind(table)
         .bind(ordinal)
-        .bind(cs.snapshot_id)
+        .bind(cs.key.snapshot_id)
         .bind(cs.sequence_number)
         .bind(&cs.operation)
         .bind(cs.kind)
@@ -244,7 +234,7 @@ impl Store {
         )
         .bind(table)
         .bind(ordinal)
-        .bind(cs.snapshot_id)
+        .bind(cs.key.snapshot_id)
         .bind(cs.sequence_number)
         .bind(cs.committed_at)
         .bind(version)
@@ -260,7 +250,7 @@ impl Store {
         .fetch_all(&mut *tx)
         .await?;
         let mut garbage = cs.garbage.clone();
-        garbage.extend(abandoned_prefixes(table, ordinal, cs.snapshot_id, planned));
+        garbage.extend(abandoned_prefixes(&cs.key, planned));
         super::retention::queue_garbage(&mut tx, &garbage, Duration::ZERO).await?;
         sqlx::query("SELECT pg_notify($1, $2)")
             .bind(CHANGES_CHANNEL)
@@ -268,7 +258,7 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
-        Ok(ordinal)
+        Ok(())
     }
 
     /// Segments holding events after position (`ordinal`, `consumed`), in feed order.
@@ -359,15 +349,14 @@ mod tests {
 
     #[test]
     fn the_files_of_plans_abandoned_for_an_ordinal_are_garbage_and_the_published_ones_not() {
-        let table = TableId(uuid::Uuid::nil());
         let key = |snapshot_id| ChangeSetKey {
-            table,
+            table: TableId(uuid::Uuid::nil()),
             ordinal: 4,
             snapshot_id,
         };
-        let garbage = abandoned_prefixes(table, 4, 7, vec![7, 9, 9, 7]);
+        let garbage = abandoned_prefixes(&key(7), vec![7, 9, 9, 7]);
         assert_eq!(garbage, [key(9).prefix(), key(9).shuffle_prefix()]);
-        assert!(abandoned_prefixes(table, 4, 7, vec![7, 7]).is_empty());
+        assert!(abandoned_prefixes(&key(7), vec![7, 7]).is_empty());
     }
 
     #[test]

@@ -10,8 +10,7 @@ use roaring::RoaringTreemap;
 use tokio_util::sync::CancellationToken;
 
 use super::rewrite::Rewrite;
-use super::sync_error::SyncError;
-use super::sync_error::{copy_error, lineage_error};
+use super::sync_error::{SyncError, copy_error, lineage_error};
 use crate::catalog::{CatalogCache, CatalogConfig, parse_ident};
 use crate::changelog::{
     self, DataFileRef, DeleteCache, FileRows, Reset, SnapshotPlan, key_indexes,
@@ -22,7 +21,7 @@ use crate::changes::{
 };
 use crate::config::SchedulerSettings;
 use crate::failure::FailureCode;
-use crate::store::{Lease, NewChangeSet, NewSegment, PollOutcome, SourceTable, Store, StoreError};
+use crate::store::{Lease, NewChangeSet, NewSegment, PollOutcome, SourceTable, Store};
 use crate::telemetry::metric;
 
 /// Everything one sync needs.
@@ -243,15 +242,11 @@ impl TableSync<'_> {
                 ));
             }
         };
-        let (reset_from, committed_at) = match kind {
-            Kind::Reset { from, at } => (Some(from), at),
-            _ => (None, committed_at(snapshot)),
-        };
         // Rows a reset brings back are what going back means; rows a commit brings back
         // by dropping a delete without a replacement are an anomaly worth a word.
-        let resurrected_rows = match kind {
-            Kind::Reset { .. } => 0,
-            _ => regained,
+        let (operation, reset_from, committed_at, resurrected_rows) = match kind {
+            Kind::Reset { from, at } => ("reset", Some(from), at, 0),
+            _ => (operation, None, committed_at(snapshot), regained),
         };
         if resurrected_rows > 0 {
             metrics::counter!(metric::RESURRECTED_ROWS.name).increment(resurrected_rows as u64);
@@ -262,14 +257,9 @@ impl TableSync<'_> {
             );
         }
         let change_set = NewChangeSet {
-            ordinal,
-            snapshot_id,
+            key: stored_as,
             sequence_number: snapshot.sequence_number(),
-            operation: match kind {
-                Kind::Reset { .. } => "reset",
-                _ => operation,
-            }
-            .to_string(),
+            operation: operation.to_string(),
             kind: kind.as_str(),
             reset_from,
             committed_at,
@@ -284,19 +274,9 @@ impl TableSync<'_> {
                 Vec::new()
             },
         };
-        match self
-            .store
-            .publish_change_set(table.id, self.lease, &change_set)
-            .await
-        {
-            Ok(_) => {}
-            // Another publish got there first (an operator's action): plan afresh.
-            Err(StoreError::Conflict(reason)) => {
-                tracing::info!(table = %table.table_name, ordinal, %reason, "stale plan dropped");
-                return Err(SyncError::Abandoned);
-            }
-            Err(e) => return Err(e.into()),
-        }
+        self.store
+            .publish_change_set(self.lease, &change_set)
+            .await?;
         let rows: i64 = change_set.segments.iter().map(|s| s.event_count).sum();
         metrics::counter!(metric::ROWS_PUBLISHED.name).increment(rows as u64);
         metrics::counter!(metric::CHANGE_SETS_PUBLISHED.name).increment(1);

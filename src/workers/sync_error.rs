@@ -30,7 +30,9 @@ pub enum SyncError {
 impl From<StoreError> for SyncError {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::LeaseLost(_) => SyncError::Abandoned,
+            // Another writer got there first (a publish planned before the feed moved):
+            // the next poll plans afresh from what won.
+            StoreError::LeaseLost(_) | StoreError::Conflict(_) => SyncError::Abandoned,
             other => SyncError::transient(FailureCode::DatabaseUnavailable, other),
         }
     }

@@ -203,11 +203,7 @@ async fn catalog_types_off_the_allowed_list_are_refused_and_their_tables_stop() 
     }
     // The table of a type now refused stops with the reason; it is not read.
     wh.append(&table, &[orders(3..=3)]).await;
-    let stopped = crate::support::wait_until(std::time::Duration::from_secs(20), || async {
-        let (_, t) = node.get(&format!("/v1/tables/{id}")).await;
-        (t["state"] == "error").then_some(t)
-    })
-    .await;
+    let stopped = node.wait_for_state(&id, "error").await;
     let error = stopped["last_error"].as_str().unwrap();
     assert!(
         error.starts_with("catalog_type_not_allowed:") && error.contains("\"sql\""),

@@ -191,12 +191,7 @@ impl Shuffle<'_> {
         let maps: Vec<(String, serde_json::Value)> = pack(groups, self.map_memory_bytes)
             .into_iter()
             .enumerate()
-            .map(|(g, t)| {
-                (
-                    self.change_set.task_id(TaskKind::Map.as_str(), g),
-                    to_json(&t),
-                )
-            })
+            .map(|(g, t)| (self.change_set.task_id(TaskKind::Map, g), to_json(&t)))
             .collect();
         self.create_tasks(TaskKind::Map, &maps).await?;
         let results: Vec<MapResult> = self.wait(TaskKind::Map).await?;
@@ -216,8 +211,7 @@ impl Shuffle<'_> {
                         key: self.key.clone(),
                         inputs,
                     };
-                    let id = self.change_set.task_id(TaskKind::Reduce.as_str(), n);
-                    (id, to_json(&task))
+                    (self.change_set.task_id(TaskKind::Reduce, n), to_json(&task))
                 })
                 .collect();
         self.create_tasks(TaskKind::Reduce, &reduces).await?;
