@@ -8,11 +8,15 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, new_null_array};
+use arrow::array::{Array, ArrayRef, AsArray, new_null_array};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Int64Type};
-use arrow::row::{OwnedRow, RowConverter, SortField};
-use futures::TryStreamExt;
+use arrow::row::{RowConverter, SortField};
+use std::hash::BuildHasher;
+
+use foldhash::fast::FixedState;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
 use iceberg::arrow::ArrowFileReader;
 use iceberg::io::FileIO;
 use parquet::arrow::ParquetRecordBatchStreamBuilder;
@@ -29,15 +33,32 @@ use crate::changes::{ChangeStoreError, ReadSchema};
 const FILE_PATH_ID: i32 = 2_147_483_546;
 const POS_ID: i32 = 2_147_483_545;
 
-/// How much decoded delete data one [`DeleteCache`] keeps (an estimate in bytes).
+/// How much decoded delete data one [`DeleteCache`] keeps (an estimate in bytes), and the
+/// most the keys of one set of equality delete files may take while they are applied.
 const CACHE_BYTES: usize = 256 << 20;
+
+/// Estimated bytes a key of a [`KeySet`] takes beside its own: its box, its allocation and
+/// its slot in the set.
+const KEY_OVERHEAD: usize = 40;
 
 /// Decoded delete files, shared by the reads of one task or export: what the next data
 /// files likely need, up to [`CACHE_BYTES`] — not everything it ever decoded.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct DeleteCache {
     positions: Arc<Mutex<Bounded<String, PositionsByFile>>>,
     equality: Arc<Mutex<Bounded<Vec<String>, KeySet>>>,
+    /// The most bytes one [`KeySet`] may take.
+    key_budget: usize,
+}
+
+impl Default for DeleteCache {
+    fn default() -> Self {
+        Self {
+            positions: Default::default(),
+            equality: Default::default(),
+            key_budget: CACHE_BYTES,
+        }
+    }
 }
 
 /// Entries up to a byte budget, emptied when a new one would pass it (delete files are
@@ -88,10 +109,49 @@ impl<K: std::hash::Hash + Eq, V> Bounded<K, V> {
 /// A position delete file's positions, by the data file they are in.
 type PositionsByFile = HashMap<String, RoaringTreemap>;
 
-/// The delete rows of equality delete files sharing one set of field ids.
+/// Which of the keys of a set of equality delete files a [`KeySet`] holds: those whose
+/// [`share_hash`] is `residue` modulo `modulus`. When all of them would pass the memory
+/// budget, they are applied in shares, one pass over the delete files each (a hash join
+/// whose build side is partitioned by re-reading it rather than by spilling it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Share {
+    residue: u64,
+    modulus: u64,
+}
+
+impl Share {
+    const ALL: Share = Share {
+        residue: 0,
+        modulus: 1,
+    };
+
+    fn holds(&self, key: &[u8]) -> bool {
+        self.modulus == 1 || share_hash(key) % self.modulus == self.residue
+    }
+
+    /// Halves the share: it keeps one half and returns the other.
+    fn split(&mut self) -> Share {
+        self.modulus *= 2;
+        Share {
+            residue: self.residue + self.modulus / 2,
+            modulus: self.modulus,
+        }
+    }
+}
+
+/// The hash that shares keys out; seeded apart from the sets' own hash, so that the keys
+/// of one share do not crowd into a fraction of a set's buckets.
+fn share_hash(key: &[u8]) -> u64 {
+    FixedState::with_seed(0x1ce_feed).hash_one(key)
+}
+
+/// Delete rows of equality delete files sharing one set of field ids, in Arrow's row
+/// format (equal rows have equal bytes, null equal to null): all of them, or one share.
 struct KeySet {
     types: Vec<DataType>,
-    keys: HashSet<OwnedRow>,
+    keys: HashSet<Box<[u8]>, FixedState>,
+    share: Share,
+    bytes: usize,
 }
 
 /// The data file a set of deletes is applied to.
@@ -101,6 +161,16 @@ pub struct DataFileRef<'a> {
 }
 
 impl DeleteCache {
+    /// A cache whose key sets are held to `bytes`: equality deletes with more keys than
+    /// that are applied in several passes.
+    #[cfg(test)]
+    fn with_key_budget(bytes: usize) -> Self {
+        Self {
+            key_budget: bytes,
+            ..Self::default()
+        }
+    }
+
     /// The positions of `data` that `deletes` remove.
     /// `schema` gives the initial defaults of columns the data file predates.
     pub async fn dead(
@@ -157,8 +227,9 @@ impl DeleteCache {
             }
         }
         for (field_ids, paths) in equality {
-            let keys = self.key_set(file_io, field_ids, paths).await?;
-            dead |= matching_positions(file_io, data.path, field_ids, &keys, schema).await?;
+            dead |= self
+                .equality_dead(file_io, data.path, field_ids, paths, schema)
+                .await?;
         }
         Ok(dead)
     }
@@ -173,7 +244,10 @@ impl DeleteCache {
             return Ok(hit.clone());
         }
         let mut by_file = PositionsByFile::new();
-        for (_, batch) in read_fields(file_io, path, &[FILE_PATH_ID, POS_ID]).await? {
+        let mut batches = FieldReader::open(file_io, path)
+            .await?
+            .batches(&[FILE_PATH_ID, POS_ID])?;
+        while let Some((_, batch)) = batches.try_next().await? {
             let (Some(files), Some(positions)) = (&batch[0], &batch[1]) else {
                 return Err(ChangeStoreError::Corrupt(format!(
                     "position delete file {path} lacks its file_path or pos column"
@@ -204,54 +278,105 @@ impl DeleteCache {
         Ok(by_file)
     }
 
-    /// The delete rows of equality delete files with the same `field_ids`.
+    /// The positions of the data file at `data` that equality delete files with the same
+    /// `field_ids` remove: their keys are loaded (or taken from the cache) and the data
+    /// file's key columns probed, once per share when the keys pass the budget.
+    async fn equality_dead(
+        &self,
+        file_io: &FileIO,
+        data: &str,
+        field_ids: &[i32],
+        mut paths: Vec<&str>,
+        schema: &ReadSchema,
+    ) -> Result<RoaringTreemap, ChangeStoreError> {
+        paths.sort_unstable();
+        let cache_key: Vec<String> = paths.iter().map(|p| p.to_string()).collect();
+        let hit = self.equality.lock().expect("cache").get(&cache_key);
+        if let Some(hit) = hit {
+            return matching_positions(file_io, data, field_ids, &hit, schema).await;
+        }
+        let mut dead = RoaringTreemap::new();
+        let mut shares = vec![Share::ALL];
+        while let Some(share) = shares.pop() {
+            let keys = self
+                .key_set(file_io, field_ids, &paths, share, &mut shares)
+                .await?;
+            dead |= matching_positions(file_io, data, field_ids, &keys, schema).await?;
+            if keys.share == Share::ALL {
+                let bytes = keys.bytes;
+                self.equality.lock().expect("cache").insert(
+                    cache_key.clone(),
+                    Arc::new(keys),
+                    bytes,
+                );
+            }
+        }
+        Ok(dead)
+    }
+
+    /// The keys of equality delete files with the same `field_ids` that fall in `share`,
+    /// or in a part of it, up to the budget: a share whose keys pass the budget is split,
+    /// and the part it no longer holds goes to `rest`.
     async fn key_set(
         &self,
         file_io: &FileIO,
         field_ids: &[i32],
-        mut paths: Vec<&str>,
-    ) -> Result<Arc<KeySet>, ChangeStoreError> {
-        paths.sort_unstable();
-        let cache_key: Vec<String> = paths.iter().map(|p| p.to_string()).collect();
-        if let Some(hit) = self.equality.lock().expect("cache").get(&cache_key) {
-            return Ok(hit.clone());
-        }
-        let mut batches = Vec::new();
-        for path in &paths {
-            for (_, batch) in read_fields(file_io, path, field_ids).await? {
-                if let Some(i) = batch.iter().position(Option::is_none) {
-                    return Err(ChangeStoreError::Corrupt(format!(
-                        "equality delete file {path} lacks the column of field id {}",
-                        field_ids[i]
-                    )));
-                }
-                batches.push(batch.into_iter().flatten().collect::<Vec<ArrayRef>>());
-            }
+        paths: &[&str],
+        mut share: Share,
+        rest: &mut Vec<Share>,
+    ) -> Result<KeySet, ChangeStoreError> {
+        let mut files = Vec::with_capacity(paths.len());
+        for path in paths {
+            files.push(FieldReader::open(file_io, path).await?);
         }
         // Types may differ between files written before and after a promotion.
-        let types: Vec<DataType> = (0..field_ids.len())
-            .map(|i| {
-                batches
-                    .iter()
-                    .map(|b| b[i].data_type().clone())
-                    .reduce(wider)
-                    .unwrap_or(DataType::Null)
-            })
-            .collect();
-        let converter = converter(&types)?;
-        let mut keys = HashSet::new();
-        for columns in &batches {
-            let rows = converter.convert_columns(&casts(columns, &types)?)?;
-            keys.extend(rows.iter().map(|r| r.owned()));
+        let mut types = vec![DataType::Null; field_ids.len()];
+        for file in &files {
+            for (i, t) in file.types(field_ids).into_iter().enumerate() {
+                let Some(t) = t else {
+                    return Err(ChangeStoreError::Corrupt(format!(
+                        "equality delete file {} lacks the column of field id {}",
+                        file.path, field_ids[i]
+                    )));
+                };
+                types[i] = match &types[i] {
+                    DataType::Null => t,
+                    known => wider(known.clone(), t),
+                };
+            }
         }
-        // A row's bytes and its set entry.
-        let bytes = keys.iter().map(|k| k.as_ref().len() + 48).sum();
-        let set = Arc::new(KeySet { types, keys });
-        self.equality
-            .lock()
-            .expect("cache")
-            .insert(cache_key, set.clone(), bytes);
-        Ok(set)
+        let converter = converter(&types)?;
+        let mut keys: HashSet<Box<[u8]>, FixedState> = HashSet::default();
+        let mut bytes = 0;
+        for file in files {
+            let mut batches = file.batches(field_ids)?;
+            while let Some((_, columns)) = batches.try_next().await? {
+                let columns: Vec<ArrayRef> = columns.into_iter().flatten().collect();
+                let rows = converter.convert_columns(&casts(&columns, &types)?)?;
+                for row in rows.iter() {
+                    let row = row.as_ref();
+                    if !share.holds(row) || keys.contains(row) {
+                        continue;
+                    }
+                    bytes += row.len() + KEY_OVERHEAD;
+                    keys.insert(row.into());
+                    // Distinct keys part within a few splits; the bound only guards the modulus.
+                    while bytes > self.key_budget && keys.len() > 1 && share.modulus < 1 << 32 {
+                        rest.push(share.split());
+                        keys.retain(|k| share.holds(k));
+                        bytes = keys.iter().map(|k| k.len() + KEY_OVERHEAD).sum();
+                        metrics::counter!(crate::telemetry::metric::EQUALITY_KEY_SPLITS.name)
+                            .increment(1);
+                    }
+                }
+            }
+        }
+        Ok(KeySet {
+            types,
+            keys,
+            share,
+            bytes,
+        })
     }
 }
 
@@ -269,7 +394,8 @@ async fn matching_positions(
     }
     let converter = converter(&keys.types)?;
     let mut position = 0u64;
-    for (rows, columns) in read_fields(file_io, path, field_ids).await? {
+    let mut batches = FieldReader::open(file_io, path).await?.batches(field_ids)?;
+    while let Some((rows, columns)) = batches.try_next().await? {
         // A column added after the file was written reads as its initial default or null.
         let columns = columns
             .into_iter()
@@ -284,7 +410,7 @@ async fn matching_positions(
             .collect::<Result<Vec<ArrayRef>, _>>()?;
         let converted = converter.convert_columns(&casts(&columns, &keys.types)?)?;
         for (i, row) in converted.iter().enumerate() {
-            if keys.keys.contains(&row.owned()) {
+            if keys.keys.contains(row.as_ref()) {
                 dead.insert(position + i as u64);
             }
         }
@@ -325,47 +451,195 @@ fn wider(a: DataType, b: DataType) -> DataType {
     }
 }
 
-/// Columns of a Parquet file by Iceberg field id, a batch at a time: per batch, its rows
-/// and one column per id, `None` where the file has no column with that id.
-async fn read_fields(
-    file_io: &FileIO,
-    path: &str,
-    field_ids: &[i32],
-) -> Result<Vec<(usize, Vec<Option<ArrayRef>>)>, ChangeStoreError> {
-    let input = file_io.new_input(path)?;
-    let mut file = ArrowFileReader::new(input.metadata().await?, Box::new(input.reader().await?));
-    let metadata = ArrowReaderMetadata::load_async(&mut file, ArrowReaderOptions::new()).await?;
-    let roots: Vec<usize> = field_ids
-        .iter()
-        .filter_map(|id| column_of(metadata.schema(), *id))
-        .collect();
-    let mask = ProjectionMask::roots(metadata.metadata().file_metadata().schema_descr(), roots);
-    let rows = metadata.metadata().file_metadata().num_rows();
-    let batches: Vec<RecordBatch> =
-        ParquetRecordBatchStreamBuilder::new_with_metadata(file, metadata)
+/// A Parquet file opened to read some of its columns, found by Iceberg field id.
+struct FieldReader {
+    path: String,
+    file: ArrowFileReader,
+    metadata: ArrowReaderMetadata,
+}
+
+/// Per batch: its rows, and one column per field id asked for, `None` where the file has
+/// no column with that id.
+type FieldBatch = (usize, Vec<Option<ArrayRef>>);
+type FieldResult = Result<FieldBatch, ChangeStoreError>;
+
+impl FieldReader {
+    async fn open(file_io: &FileIO, path: &str) -> Result<Self, ChangeStoreError> {
+        let input = file_io.new_input(path)?;
+        let mut file =
+            ArrowFileReader::new(input.metadata().await?, Box::new(input.reader().await?));
+        let metadata =
+            ArrowReaderMetadata::load_async(&mut file, ArrowReaderOptions::new()).await?;
+        Ok(Self {
+            path: path.to_string(),
+            file,
+            metadata,
+        })
+    }
+
+    /// The Arrow type of each field id's column.
+    fn types(&self, field_ids: &[i32]) -> Vec<Option<DataType>> {
+        let schema = self.metadata.schema();
+        field_ids
+            .iter()
+            .map(|id| column_of(schema, *id).map(|i| schema.field(i).data_type().clone()))
+            .collect()
+    }
+
+    /// The file's batches, streamed; an error at the end if they did not hold the rows
+    /// the file says it has (positions are counted from them).
+    fn batches(
+        self,
+        field_ids: &[i32],
+    ) -> Result<BoxStream<'static, FieldResult>, ChangeStoreError> {
+        let roots: Vec<usize> = field_ids
+            .iter()
+            .filter_map(|id| column_of(self.metadata.schema(), *id))
+            .collect();
+        let descriptor = self.metadata.metadata().file_metadata().schema_descr();
+        let mask = ProjectionMask::roots(descriptor, roots);
+        let expected = self.metadata.metadata().file_metadata().num_rows();
+        let stream = ParquetRecordBatchStreamBuilder::new_with_metadata(self.file, self.metadata)
             .with_projection(mask)
             .with_batch_size(64 * 1024)
-            .build()?
-            .try_collect()
-            .await?;
-    if batches.is_empty() && rows > 0 {
-        return Err(ChangeStoreError::Corrupt(format!("{path}: no rows read")));
+            .build()?;
+        let state = (stream, 0i64, field_ids.to_vec(), self.path);
+        Ok(
+            futures::stream::try_unfold(state, move |(mut stream, read, ids, path)| async move {
+                let Some(batch) = stream.try_next().await? else {
+                    if read != expected {
+                        return Err(ChangeStoreError::Corrupt(format!(
+                            "{path}: {read} rows read of the {expected} its footer counts"
+                        )));
+                    }
+                    return Ok(None);
+                };
+                let columns = ids
+                    .iter()
+                    .map(|id| column_of(batch.schema_ref(), *id).map(|i| batch.column(i).clone()))
+                    .collect();
+                let rows = batch.num_rows();
+                Ok(Some((
+                    (rows, columns),
+                    (stream, read + rows as i64, ids, path),
+                )))
+            })
+            .boxed(),
+        )
     }
-    Ok(batches
-        .iter()
-        .map(|b| {
-            let columns = field_ids
-                .iter()
-                .map(|id| column_of(b.schema_ref(), *id).map(|i| b.column(i).clone()))
-                .collect();
-            (b.num_rows(), columns)
-        })
-        .collect())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use arrow::array::{Int64Array, RecordBatch, StringArray};
+    use arrow::datatypes::{Field, Schema};
+    use iceberg::io::FileIOBuilder;
+    use iceberg::spec::{NestedField, PrimitiveType, Type};
+    use parquet::arrow::{ArrowWriter, PARQUET_FIELD_ID_META_KEY};
+
+    use crate::catalog::{LocalPaths, TableStorageFactory};
+
+    /// A Parquet file of `(id: long, tag: string)` rows with Iceberg field ids 1 and 2
+    /// (`tag` only when `tags` is given), in batches of 1000 rows.
+    fn write(path: &std::path::Path, ids: Vec<Option<i64>>, tags: Option<Vec<&str>>) {
+        let field = |name: &str, t: DataType, id: i32| {
+            Field::new(name, t, true)
+                .with_metadata([(PARQUET_FIELD_ID_META_KEY.to_string(), id.to_string())].into())
+        };
+        let mut fields = vec![field("id", DataType::Int64, 1)];
+        let mut columns: Vec<ArrayRef> = vec![Arc::new(Int64Array::from(ids))];
+        if let Some(tags) = tags {
+            fields.push(field("tag", DataType::Utf8, 2));
+            columns.push(Arc::new(StringArray::from(tags)));
+        }
+        let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap();
+        let file = std::fs::File::create(path).unwrap();
+        let mut writer = ArrowWriter::try_new(file, batch.schema(), None).unwrap();
+        for start in (0..batch.num_rows()).step_by(1000) {
+            let len = 1000.min(batch.num_rows() - start);
+            writer.write(&batch.slice(start, len)).unwrap();
+        }
+        writer.close().unwrap();
+    }
+
+    #[tokio::test]
+    async fn equality_keys_past_the_budget_are_applied_in_shares_with_the_same_result() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
+        // Data: ids 0..20000, and a NULL id at the end.
+        let mut ids: Vec<Option<i64>> = (0..20_000).map(Some).collect();
+        ids.push(None);
+        let tags: Vec<&str> = (0..ids.len()).map(|i| ["a", "b", "c"][i % 3]).collect();
+        write(dir.path().join("data.parquet").as_path(), ids, Some(tags));
+        // Two equality delete files: every 7th id, a NULL (matches only the NULL row), ids
+        // the data file does not hold, and an id both files list.
+        let first: Vec<Option<i64>> = (0..10_000).step_by(7).map(Some).chain([None]).collect();
+        let second: Vec<Option<i64>> = (10_003..20_000)
+            .step_by(7)
+            .chain([7, 30_000, -1])
+            .map(Some)
+            .collect();
+        write(&dir.path().join("eq-1.parquet"), first, None);
+        write(&dir.path().join("eq-2.parquet"), second, None);
+
+        let mut expected: RoaringTreemap = (0..20_000u64).step_by(7).collect();
+        expected.insert(20_000);
+        let schema = iceberg::spec::Schema::builder()
+            .with_fields(vec![
+                NestedField::optional(1, "id", Type::Primitive(PrimitiveType::Long)).into(),
+                NestedField::optional(2, "tag", Type::Primitive(PrimitiveType::String)).into(),
+            ])
+            .build()
+            .unwrap();
+        let schema = ReadSchema::new(&schema).unwrap();
+        let file_io = FileIOBuilder::new(Arc::new(TableStorageFactory::new(
+            LocalPaths::unrestricted(),
+        )))
+        .build();
+        let data_path = path("data.parquet");
+        let data = DataFileRef {
+            path: &data_path,
+            record_count: 20_001,
+        };
+        let deletes: Vec<DeleteRef> = ["eq-1.parquet", "eq-2.parquet"]
+            .into_iter()
+            .map(|name| DeleteRef::Equality {
+                path: path(name),
+                field_ids: vec![1],
+            })
+            .collect();
+        for budget in [CACHE_BYTES, 4 << 10] {
+            let cache = DeleteCache::with_key_budget(budget);
+            let dead = cache
+                .dead(&file_io, &data, &deletes, &schema)
+                .await
+                .unwrap();
+            assert_eq!(dead, expected, "budget {budget}");
+            // Again, from the cache where the keys fit in one share.
+            let again = cache
+                .dead(&file_io, &data, &deletes, &schema)
+                .await
+                .unwrap();
+            assert_eq!(again, expected, "budget {budget}, second read");
+        }
+
+        // With the small budget the keys were split into shares that each fit.
+        let cache = DeleteCache::with_key_budget(4 << 10);
+        let (paths, mut rest) = (vec![path("eq-1.parquet")], Vec::new());
+        let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
+        let keys = cache
+            .key_set(&file_io, &[1], &paths, Share::ALL, &mut rest)
+            .await
+            .unwrap();
+        assert!(keys.share.modulus >= 16, "{:?}", keys.share);
+        assert!(keys.bytes <= 4 << 10);
+        assert_eq!(rest.len() as u32, keys.share.modulus.trailing_zeros());
+        // The shares partition the keys: each of the 1430 keys lies in exactly one.
+        let moduli: u64 = rest.iter().map(|s| keys.share.modulus / s.modulus).sum();
+        assert_eq!(moduli + 1, keys.share.modulus);
+    }
 
     #[test]
     fn the_cache_keeps_recent_entries_within_its_budget() {

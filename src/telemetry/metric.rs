@@ -104,6 +104,11 @@ pub const DELETE_ANOMALIES: Metric = counter(
     "Positions of position deletes at or past their data file's row count (they delete \
      nothing)",
 );
+pub const EQUALITY_KEY_SPLITS: Metric = counter(
+    "icefeed_equality_key_splits_total",
+    "Times the keys of equality delete files passed the memory budget and were split into \
+     one more share, each applied in a pass of its own",
+);
 pub const SERVICE_RESTARTS: Metric = counter(
     "icefeed_service_restarts_total",
     "Background services (labelled `service`) started again after they panicked or returned",
@@ -197,6 +202,7 @@ pub const ALL: &[Metric] = &[
     INSERT_BYTES_COPIED,
     RESURRECTED_ROWS,
     DELETE_ANOMALIES,
+    EQUALITY_KEY_SPLITS,
     SERVICE_RESTARTS,
     HTTP_REQUESTS,
     HTTP_REQUEST_DURATION,
