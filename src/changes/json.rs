@@ -57,7 +57,7 @@ pub use format::write_json_string;
 use format::*;
 
 /// How 64-bit integers outside ±(2^53) are written.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub enum LongMode {
     /// Numbers when exactly representable in an IEEE double (`|v| <= 2^53`),
     /// else strings (`"9007199254740993"`).
@@ -68,7 +68,7 @@ pub enum LongMode {
 }
 
 /// Encoding options.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct JsonOptions {
     pub longs: LongMode,
 }

@@ -6,7 +6,8 @@ use std::ops::Range;
 use chrono::{DateTime, SecondsFormat, SubsecRound, Utc};
 use iceberg::spec::NestedFieldRef;
 
-use super::pull::{EventBatch, EventSink, FeedError, Image};
+use super::pull::{EventBatch, EventSink, FeedError, Image, RenderedSink};
+use super::rendered::RenderedChunk;
 use crate::change::Op;
 use crate::changes::Position;
 use crate::changes::json::{BoundRecord, JsonOptions, RecordEncoder, write_json_string};
@@ -98,88 +99,203 @@ impl<'a> JsonSink<'a> {
     }
 }
 
+impl JsonSink<'_> {
+    /// Starts an event at `position` of `table`: its framing and `{"position":"…`.
+    /// Returns where the event's JSON object starts.
+    fn open_event(&mut self, table: TableId, position: Position) -> usize {
+        let cursor = (self.cursor)(table, position);
+        if self.framing == Framing::JsonArray && self.count > 0 {
+            self.body.push(b',');
+        }
+        let out = &mut self.body;
+        if self.framing == Framing::Sse {
+            out.extend_from_slice(b"id: ");
+            out.extend_from_slice(cursor.as_bytes());
+            out.extend_from_slice(b"\nevent: change\ndata: ");
+        }
+        let start = out.len();
+        out.extend_from_slice(b"{\"position\":\"");
+        out.extend_from_slice(cursor.as_bytes());
+        start
+    }
+
+    /// Ends the event begun by [`Self::open_event`], its tail written.
+    fn close_event(&mut self) {
+        match self.framing {
+            Framing::JsonArray => {}
+            Framing::Ndjson => self.body.push(b'\n'),
+            // The event is one line of JSON: strings escape their newlines.
+            Framing::Sse => self.body.extend_from_slice(b"\n\n"),
+        }
+        self.count += 1;
+    }
+}
+
 impl EventSink for JsonSink<'_> {
     fn write(&mut self, batch: &EventBatch<'_>, rows: &[usize]) -> Result<(), FeedError> {
-        let fields = batch.schema.schema.as_struct().fields();
-        let before_encoder = encoder(fields, batch.before.as_ref(), self.options)?;
-        let after_encoder = encoder(fields, batch.after.as_ref(), self.options)?;
-        let before = bind(before_encoder.as_ref(), batch.before.as_ref())?;
-        let after = bind(after_encoder.as_ref(), batch.after.as_ref())?;
-
         let id = (batch.table.id, batch.segment.ordinal);
         if self.meta.as_ref().is_none_or(|(m, _)| *m != id) {
             self.meta = Some((id, EventMeta::new(batch.table, batch.segment)));
         }
-        let meta = &self.meta.as_ref().expect("set above").1;
+        let meta = self.meta.take().expect("set above");
+        let encoders = Encoders::new(batch, self.options)?;
+        let tails = encoders.bind(batch, &meta.1)?;
         for &row in rows {
-            let b = side(before.as_ref(), row);
-            let a = side(after.as_ref(), row);
             let op = batch.op(row)?;
-            let cursor = (self.cursor)(batch.table.id, batch.position(row));
-            if self.framing == Framing::JsonArray && self.count > 0 {
-                self.body.push(b',');
-            }
-            let out = &mut self.body;
-            if self.framing == Framing::Sse {
-                out.extend_from_slice(b"id: ");
-                out.extend_from_slice(cursor.as_bytes());
-                out.extend_from_slice(b"\nevent: change\ndata: ");
-            }
-            let start = out.len();
-            out.extend_from_slice(b"{\"position\":\"");
-            out.extend_from_slice(cursor.as_bytes());
-            out.extend_from_slice(b"\",\"op\":\"");
-            out.extend_from_slice(op.as_str().as_bytes());
-            out.extend_from_slice(b"\",\"table\":");
-            out.extend_from_slice(&meta.table);
-            let mut key = None;
-            if let Some(rows) = a.or(b).filter(|_| !batch.key.is_empty()) {
-                out.extend_from_slice(b",\"key\":");
-                let at = out.len();
-                rows.write_fields(row, batch.key, out);
-                key = Some(at..out.len());
-            }
-            let mut images = [None, None];
-            for ((name, image), span) in [(&b",\"before\":"[..], b), (&b",\"after\":"[..], a)]
-                .into_iter()
-                .zip(&mut images)
-            {
-                if let Some(rows) = image {
-                    out.extend_from_slice(name);
-                    let at = out.len();
-                    if batch.whole_rows {
-                        rows.write_row(row, out);
-                    } else {
-                        rows.write_fields(row, batch.columns, out);
-                    }
-                    *span = Some(at..out.len());
-                }
-            }
-            out.extend_from_slice(&meta.tail);
-            if let Some(spans) = &mut self.spans {
-                let [before, after] = images;
-                spans.push(EventSpans {
+            let start = self.open_event(batch.table.id, batch.position(row));
+            let spans = tails.write(row, op, &mut self.body);
+            if let Some(all) = &mut self.spans {
+                all.push(EventSpans {
                     event: start..self.body.len(),
                     op,
                     table: batch.table.id,
-                    key,
-                    before,
-                    after,
+                    key: spans.key,
+                    before: spans.before,
+                    after: spans.after,
                     sequence_number: batch.segment.sequence_number,
                     push_version: batch.segment.push_version,
                     committed_at: batch.segment.committed_at.trunc_subsecs(3),
                 });
             }
-            let out = &mut self.body;
-            match self.framing {
-                Framing::JsonArray => {}
-                Framing::Ndjson => out.push(b'\n'),
-                // The event is one line of JSON: strings escape their newlines.
-                Framing::Sse => out.extend_from_slice(b"\n\n"),
-            }
-            self.count += 1;
+            self.close_event();
         }
+        self.meta = Some(meta);
         Ok(())
+    }
+
+    fn rendered(&mut self) -> Option<&mut dyn RenderedSink> {
+        // A push needs the parts of each event, which a shared rendering does not record.
+        match self.spans {
+            None => Some(self),
+            Some(_) => None,
+        }
+    }
+}
+
+impl RenderedSink for JsonSink<'_> {
+    fn options(&self) -> JsonOptions {
+        *self.options
+    }
+
+    fn write_rendered(
+        &mut self,
+        table: TableId,
+        chunk: &RenderedChunk,
+        first: Position,
+        events: &[usize],
+    ) {
+        for &i in events {
+            let position = Position {
+                ordinal: first.ordinal,
+                consumed: first.consumed + i as i64 + 1,
+            };
+            self.open_event(table, position);
+            self.body.extend_from_slice(chunk.tail(i));
+            self.close_event();
+        }
+    }
+}
+
+/// Renders every event of `batch` into `chunk`, each from just after its position.
+pub fn render_chunk(
+    batch: &EventBatch<'_>,
+    options: &JsonOptions,
+    meta: &EventMeta,
+    chunk: &mut RenderedChunk,
+) -> Result<(), FeedError> {
+    let encoders = Encoders::new(batch, options)?;
+    let tails = encoders.bind(batch, meta)?;
+    for row in 0..batch.rows {
+        let op = batch.op(row)?;
+        chunk.push(op, |out| {
+            tails.write(row, op, out);
+        });
+    }
+    Ok(())
+}
+
+/// The JSON encoders of a batch's images.
+struct Encoders {
+    before: Option<RecordEncoder>,
+    after: Option<RecordEncoder>,
+}
+
+impl Encoders {
+    fn new(batch: &EventBatch<'_>, options: &JsonOptions) -> Result<Self, FeedError> {
+        let fields = batch.schema.schema.as_struct().fields();
+        Ok(Self {
+            before: encoder(fields, batch.before.as_ref(), options)?,
+            after: encoder(fields, batch.after.as_ref(), options)?,
+        })
+    }
+
+    fn bind<'a>(
+        &'a self,
+        batch: &'a EventBatch<'a>,
+        meta: &'a EventMeta,
+    ) -> Result<Tails<'a>, FeedError> {
+        Ok(Tails {
+            before: bind(self.before.as_ref(), batch.before.as_ref())?,
+            after: bind(self.after.as_ref(), batch.after.as_ref())?,
+            key: batch.key,
+            columns: batch.columns,
+            whole_rows: batch.whole_rows,
+            meta,
+        })
+    }
+}
+
+/// Writes what follows an event's position: `","op":…,"schema_id":…}`.
+struct Tails<'a> {
+    before: Option<(BoundRecord<'a>, &'a Image<'a>)>,
+    after: Option<(BoundRecord<'a>, &'a Image<'a>)>,
+    key: &'a [usize],
+    columns: &'a [usize],
+    whole_rows: bool,
+    meta: &'a EventMeta,
+}
+
+/// Where an event's key and images lie in the body.
+struct TailSpans {
+    key: Option<Range<usize>>,
+    before: Option<Range<usize>>,
+    after: Option<Range<usize>>,
+}
+
+impl Tails<'_> {
+    fn write(&self, row: usize, op: Op, out: &mut Vec<u8>) -> TailSpans {
+        let b = side(self.before.as_ref(), row);
+        let a = side(self.after.as_ref(), row);
+        out.extend_from_slice(b"\",\"op\":\"");
+        out.extend_from_slice(op.as_str().as_bytes());
+        out.extend_from_slice(b"\",\"table\":");
+        out.extend_from_slice(&self.meta.table);
+        let mut key = None;
+        if let Some(rows) = a.or(b).filter(|_| !self.key.is_empty()) {
+            out.extend_from_slice(b",\"key\":");
+            let at = out.len();
+            rows.write_fields(row, self.key, out);
+            key = Some(at..out.len());
+        }
+        let mut images = [None, None];
+        for ((name, image), span) in [(&b",\"before\":"[..], b), (&b",\"after\":"[..], a)]
+            .into_iter()
+            .zip(&mut images)
+        {
+            if let Some(rows) = image {
+                out.extend_from_slice(name);
+                let at = out.len();
+                if self.whole_rows {
+                    rows.write_row(row, out);
+                } else {
+                    rows.write_fields(row, self.columns, out);
+                }
+                *span = Some(at..out.len());
+            }
+        }
+        out.extend_from_slice(&self.meta.tail);
+        let [before, after] = images;
+        TailSpans { key, before, after }
     }
 }
 
@@ -213,7 +329,7 @@ fn side<'a, 'b>(
 }
 
 /// The parts of an event that are the same for every row of a segment, pre-encoded.
-struct EventMeta {
+pub struct EventMeta {
     /// The table name as a JSON string.
     table: Vec<u8>,
     /// `,"snapshot_id":"…","sequence_number":"…","committed_at":"…","schema_id":…}`, the
@@ -222,7 +338,7 @@ struct EventMeta {
 }
 
 impl EventMeta {
-    fn new(table: &SourceTable, segment: &SegmentRecord) -> Self {
+    pub fn new(table: &SourceTable, segment: &SegmentRecord) -> Self {
         let mut name = Vec::new();
         write_json_string(&table.table_name, &mut name);
         let mut tail = Vec::new();

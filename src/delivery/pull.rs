@@ -9,9 +9,12 @@ use arrow::array::{Array, ArrayRef, AsArray, Int8Array, RecordBatch};
 use arrow::buffer::NullBuffer;
 use arrow::datatypes::{Fields, Int8Type};
 
+use super::json_page::{EventMeta, render_chunk};
+use super::rendered::{self, CHUNK_EVENTS, ChunkKey, RenderedCache, RenderedChunk};
 use super::selection::{OpSet, Selection};
 use crate::change::Op;
 use crate::changelog::key_indexes;
+use crate::changes::json::JsonOptions;
 use crate::changes::writer;
 use crate::changes::{ChangeStoreError, Position, ReadSchema, SegmentFile, SegmentReader};
 use crate::store::{SegmentRecord, SourceTable, Store, StoreError, TableId};
@@ -64,6 +67,9 @@ pub enum FeedError {
     /// Rows could not be assembled or encoded as Arrow.
     #[error("encoding Arrow: {0}")]
     Arrow(#[from] arrow::error::ArrowError),
+    /// A failure of a shared rendering, as another reader met it.
+    #[error("{0}")]
+    Shared(String),
 }
 
 /// An Iceberg schema of published change sets, parsed once.
@@ -199,6 +205,28 @@ pub trait EventSink: Send {
 
     /// Appends the events in rows `rows` (ascending) of `batch`.
     fn write(&mut self, batch: &EventBatch<'_>, rows: &[usize]) -> Result<(), FeedError>;
+
+    /// This sink as one that takes events rendered as JSON and shared with other readers,
+    /// if it can; it is then given those instead of batches.
+    fn rendered(&mut self) -> Option<&mut dyn RenderedSink> {
+        None
+    }
+}
+
+/// A sink that takes events rendered once for every reader ([`RenderedChunk`]).
+pub trait RenderedSink: Send {
+    /// How the events are to be rendered.
+    fn options(&self) -> JsonOptions;
+
+    /// Appends events `events` (ascending indexes) of `chunk`, whose event 0 is the one
+    /// just after `first` in `table`'s feed.
+    fn write_rendered(
+        &mut self,
+        table: TableId,
+        chunk: &RenderedChunk,
+        first: Position,
+        events: &[usize],
+    );
 }
 
 /// Reads pages of any table's feed; cheap to clone.
@@ -207,6 +235,7 @@ pub struct Feed {
     store: Store,
     reader: SegmentReader,
     schemas: SchemaCache,
+    rendered: RenderedCache,
 }
 
 impl Feed {
@@ -216,6 +245,7 @@ impl Feed {
             store,
             reader,
             schemas: Default::default(),
+            rendered: RenderedCache::new(rendered::CACHE_BYTES),
         }
     }
 
@@ -315,6 +345,11 @@ impl Feed {
             whole_rows: request.selection.columns.is_none(),
             columns: &columns,
         };
+        if let Some(rendered) = sink.rendered() {
+            return self
+                .read_rendered(head, &entry, request, rendered, end, offset)
+                .await;
+        }
         let filtered = ops != OpSet::ALL;
         let mut selected = Vec::new();
         while offset < total && end.count < request.limit && offset - start < SCAN_BUDGET {
@@ -364,6 +399,99 @@ impl Feed {
             }
         }
         Ok(offset - start)
+    }
+
+    /// [`Self::read_segment`] for a sink of shared renderings: the events of the segment
+    /// from `offset` on, chunk by chunk, each rendered once for every reader.
+    async fn read_rendered(
+        &self,
+        head: BatchHead<'_>,
+        entry: &SchemaEntry,
+        request: &PageRequest<'_>,
+        sink: &mut dyn RenderedSink,
+        end: &mut PageEnd,
+        mut offset: usize,
+    ) -> Result<usize, FeedError> {
+        let segment = head.segment;
+        let (start, total) = (offset, segment.event_count as usize);
+        let ops = request.selection.ops;
+        let options = sink.options();
+        let mut selected = Vec::new();
+        while offset < total && end.count < request.limit && offset - start < SCAN_BUDGET {
+            let index = offset / CHUNK_EVENTS;
+            let first = index * CHUNK_EVENTS;
+            let len = CHUNK_EVENTS.min(total - first);
+            let key = ChunkKey {
+                table: head.table.id,
+                segment: segment.path.clone(),
+                index,
+                options,
+                columns: request.selection.columns.clone(),
+            };
+            let chunk = self
+                .rendered
+                .get(key, self.render(head, entry, first, len, &options))
+                .await?;
+            selected.clear();
+            let mut examined = offset - first;
+            while examined < len && end.count + selected.len() < request.limit {
+                if ops.contains(chunk.op(examined)) {
+                    selected.push(examined);
+                }
+                examined += 1;
+            }
+            let at = Position {
+                ordinal: segment.ordinal,
+                consumed: segment.first_event + first as i64,
+            };
+            sink.write_rendered(head.table.id, &chunk, at, &selected);
+            end.count += selected.len();
+            offset = first + examined;
+            end.next = Position {
+                ordinal: segment.ordinal,
+                consumed: segment.first_event + offset as i64,
+            };
+        }
+        Ok(offset - start)
+    }
+
+    /// Events `first .. first + len` of a segment, rendered.
+    async fn render(
+        &self,
+        head: BatchHead<'_>,
+        entry: &SchemaEntry,
+        first: usize,
+        len: usize,
+        options: &JsonOptions,
+    ) -> Result<RenderedChunk, FeedError> {
+        let segment = head.segment;
+        let inserts = segment.layout == "inserts";
+        let batches = self
+            .reader
+            .read(
+                SegmentFile {
+                    key: &segment.path,
+                    size: segment.size_bytes as u64,
+                    deleted_rows: segment.deleted_rows.as_deref(),
+                },
+                inserts.then_some(&entry.read),
+                first,
+                len,
+            )
+            .await?;
+        let meta = EventMeta::new(head.table, segment);
+        let mut chunk = RenderedChunk::default();
+        let mut at = first;
+        for batch in &batches {
+            let events = EventBatch::new(head, segment.first_event + at as i64, batch, inserts)?;
+            render_chunk(&events, options, &meta, &mut chunk)?;
+            at += events.rows;
+        }
+        // Fewer rows than the index counts: the segment is not what was published.
+        if chunk.len() != len {
+            return Err(FeedError::Corrupt(segment.path.clone()));
+        }
+        Ok(chunk)
     }
 
     /// The parsed schema `schema_id` of `table`'s change sets.
