@@ -37,6 +37,10 @@ const POS_ID: i32 = 2_147_483_545;
 /// most the keys of one set of equality delete files may take while they are applied.
 const CACHE_BYTES: usize = 256 << 20;
 
+/// Rows of a position delete file past which it is read for each data file it serves
+/// rather than decoded whole and kept (a few MB of positions).
+const WHOLE_POSITION_ROWS: i64 = 1 << 20;
+
 /// Estimated bytes a key of a [`KeySet`] takes beside its own: its box, its allocation and
 /// its slot in the set.
 const KEY_OVERHEAD: usize = 40;
@@ -49,6 +53,8 @@ pub struct DeleteCache {
     equality: Arc<Mutex<Bounded<Vec<String>, KeySet>>>,
     /// The most bytes one [`KeySet`] may take.
     key_budget: usize,
+    /// Rows of a position delete file past which it is not decoded whole.
+    whole_position_rows: i64,
 }
 
 impl Default for DeleteCache {
@@ -57,6 +63,7 @@ impl Default for DeleteCache {
             positions: Default::default(),
             equality: Default::default(),
             key_budget: CACHE_BYTES,
+            whole_position_rows: WHOLE_POSITION_ROWS,
         }
     }
 }
@@ -161,12 +168,14 @@ pub struct DataFileRef<'a> {
 }
 
 impl DeleteCache {
-    /// A cache whose key sets are held to `bytes`: equality deletes with more keys than
-    /// that are applied in several passes.
+    /// A cache whose key sets are held to `bytes` (equality deletes with more keys than
+    /// that are applied in several passes) and that decodes position delete files of up
+    /// to `position_rows` rows whole.
     #[cfg(test)]
-    fn with_key_budget(bytes: usize) -> Self {
+    fn with_limits(bytes: usize, position_rows: i64) -> Self {
         Self {
             key_budget: bytes,
+            whole_position_rows: position_rows,
             ..Self::default()
         }
     }
@@ -208,9 +217,8 @@ impl DeleteCache {
                     dead |= positions;
                 }
                 DeleteRef::Positions { path } => {
-                    let by_file = self.position_file(file_io, path).await?;
-                    if let Some(positions) = by_file.get(data.path) {
-                        let mut positions = positions.clone();
+                    if let Some(mut positions) = self.positions_in(file_io, path, data.path).await?
+                    {
                         let past = positions.remove_range(data.record_count..);
                         if past > 0 {
                             // The spec: such rows delete nothing. A writer bug, worth seeing.
@@ -234,48 +242,40 @@ impl DeleteCache {
         Ok(dead)
     }
 
-    /// A position delete file's positions by data file path.
-    async fn position_file(
+    /// The positions of the data file at `data` that the position delete file at `path`
+    /// lists. A file of up to [`WHOLE_POSITION_ROWS`] rows is decoded whole and kept for
+    /// the other data files it serves; a larger one is read for each data file, only its
+    /// row groups whose `file_path` bounds take that file in (writers sort by path), so
+    /// memory follows the data file, not the delete file.
+    async fn positions_in(
         &self,
         file_io: &FileIO,
         path: &str,
-    ) -> Result<Arc<PositionsByFile>, ChangeStoreError> {
-        if let Some(hit) = self.positions.lock().expect("cache").get(path) {
-            return Ok(hit.clone());
+        data: &str,
+    ) -> Result<Option<RoaringTreemap>, ChangeStoreError> {
+        let hit = self.positions.lock().expect("cache").get(path);
+        if let Some(by_file) = hit {
+            return Ok(by_file.get(data).cloned());
         }
-        let mut by_file = PositionsByFile::new();
-        let mut batches = FieldReader::open(file_io, path)
-            .await?
-            .batches(&[FILE_PATH_ID, POS_ID])?;
-        while let Some((_, batch)) = batches.try_next().await? {
-            let (Some(files), Some(positions)) = (&batch[0], &batch[1]) else {
-                return Err(ChangeStoreError::Corrupt(format!(
-                    "position delete file {path} lacks its file_path or pos column"
-                )));
-            };
-            let files = cast(files, &DataType::Utf8)?;
-            let (files, positions) = (files.as_string::<i32>(), cast(positions, &DataType::Int64)?);
-            let positions = positions.as_primitive::<Int64Type>();
-            for i in 0..files.len() {
-                if files.is_null(i) || positions.is_null(i) || positions.value(i) < 0 {
-                    continue;
-                }
-                by_file
-                    .entry(files.value(i).to_string())
-                    .or_default()
-                    .insert(positions.value(i) as u64);
-            }
+        let file = FieldReader::open(file_io, path).await?;
+        if file.rows() > self.whole_position_rows {
+            let groups = file.row_groups_bounding(FILE_PATH_ID, data.as_bytes());
+            let batches = file.batches_of(&[FILE_PATH_ID, POS_ID], Some(groups))?;
+            let mut by_file = read_positions(path, batches, Some(data)).await?;
+            return Ok(by_file.remove(data));
         }
+        let batches = file.batches(&[FILE_PATH_ID, POS_ID])?;
+        let by_file = read_positions(path, batches, None).await?;
         let bytes = by_file
             .iter()
             .map(|(file, positions)| file.len() + positions.serialized_size())
             .sum();
-        let by_file = Arc::new(by_file);
+        let positions = by_file.get(data).cloned();
         self.positions
             .lock()
             .expect("cache")
-            .insert(path.to_string(), by_file.clone(), bytes);
-        Ok(by_file)
+            .insert(path.to_string(), Arc::new(by_file), bytes);
+        Ok(positions)
     }
 
     /// The positions of the data file at `data` that equality delete files with the same
@@ -380,6 +380,40 @@ impl DeleteCache {
     }
 }
 
+/// The positions a position delete file's batches list, by data file; only those of
+/// `only` when given.
+async fn read_positions(
+    path: &str,
+    mut batches: BoxStream<'static, FieldResult>,
+    only: Option<&str>,
+) -> Result<PositionsByFile, ChangeStoreError> {
+    let mut by_file = PositionsByFile::new();
+    while let Some((_, batch)) = batches.try_next().await? {
+        let (Some(files), Some(positions)) = (&batch[0], &batch[1]) else {
+            return Err(ChangeStoreError::Corrupt(format!(
+                "position delete file {path} lacks its file_path or pos column"
+            )));
+        };
+        let files = cast(files, &DataType::Utf8)?;
+        let (files, positions) = (files.as_string::<i32>(), cast(positions, &DataType::Int64)?);
+        let positions = positions.as_primitive::<Int64Type>();
+        for i in 0..files.len() {
+            if files.is_null(i) || positions.is_null(i) || positions.value(i) < 0 {
+                continue;
+            }
+            let file = files.value(i);
+            if only.is_some_and(|only| only != file) {
+                continue;
+            }
+            by_file
+                .entry(file.to_string())
+                .or_default()
+                .insert(positions.value(i) as u64);
+        }
+    }
+    Ok(by_file)
+}
+
 /// Positions of the data file's rows whose `field_ids` columns are a key of `keys`.
 async fn matching_positions(
     file_io: &FileIO,
@@ -477,6 +511,36 @@ impl FieldReader {
         })
     }
 
+    /// Rows the file's footer counts.
+    fn rows(&self) -> i64 {
+        self.metadata.metadata().file_metadata().num_rows()
+    }
+
+    /// Row groups whose statistics for the column of `field_id` do not rule out `value`
+    /// (all of them where the column has no statistics).
+    fn row_groups_bounding(&self, field_id: i32, value: &[u8]) -> Vec<usize> {
+        let parquet = self.metadata.metadata();
+        let column = parquet
+            .file_metadata()
+            .schema_descr()
+            .columns()
+            .iter()
+            .position(|c| {
+                let info = c.self_type().get_basic_info();
+                info.has_id() && info.id() == field_id
+            });
+        (0..parquet.num_row_groups())
+            .filter(|&g| {
+                let Some(stats) = column.and_then(|c| parquet.row_group(g).column(c).statistics())
+                else {
+                    return true;
+                };
+                stats.min_bytes_opt().is_none_or(|min| min <= value)
+                    && stats.max_bytes_opt().is_none_or(|max| value <= max)
+            })
+            .collect()
+    }
+
     /// The Arrow type of each field id's column.
     fn types(&self, field_ids: &[i32]) -> Vec<Option<DataType>> {
         let schema = self.metadata.schema();
@@ -492,17 +556,37 @@ impl FieldReader {
         self,
         field_ids: &[i32],
     ) -> Result<BoxStream<'static, FieldResult>, ChangeStoreError> {
+        self.batches_of(field_ids, None)
+    }
+
+    /// [`Self::batches`] of the row groups `groups` only (all when `None`).
+    fn batches_of(
+        self,
+        field_ids: &[i32],
+        groups: Option<Vec<usize>>,
+    ) -> Result<BoxStream<'static, FieldResult>, ChangeStoreError> {
         let roots: Vec<usize> = field_ids
             .iter()
             .filter_map(|id| column_of(self.metadata.schema(), *id))
             .collect();
         let descriptor = self.metadata.metadata().file_metadata().schema_descr();
         let mask = ProjectionMask::roots(descriptor, roots);
-        let expected = self.metadata.metadata().file_metadata().num_rows();
-        let stream = ParquetRecordBatchStreamBuilder::new_with_metadata(self.file, self.metadata)
-            .with_projection(mask)
-            .with_batch_size(64 * 1024)
-            .build()?;
+        let parquet = self.metadata.metadata().clone();
+        let expected: i64 = match &groups {
+            Some(groups) => groups
+                .iter()
+                .map(|&g| parquet.row_group(g).num_rows())
+                .sum(),
+            None => parquet.file_metadata().num_rows(),
+        };
+        let mut builder =
+            ParquetRecordBatchStreamBuilder::new_with_metadata(self.file, self.metadata)
+                .with_projection(mask)
+                .with_batch_size(64 * 1024);
+        if let Some(groups) = groups {
+            builder = builder.with_row_groups(groups);
+        }
+        let stream = builder.build()?;
         let state = (stream, 0i64, field_ids.to_vec(), self.path);
         Ok(
             futures::stream::try_unfold(state, move |(mut stream, read, ids, path)| async move {
@@ -565,6 +649,87 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_large_position_delete_file_is_read_for_each_data_file_by_its_row_groups() {
+        let dir = tempfile::tempdir().unwrap();
+        let delete = dir.path().join("positions.parquet");
+        // Sorted by path, as writers write them: 3 data files, 4000 positions each, in row
+        // groups of 1000 rows.
+        let data = [
+            "s3://w/t/data/a.parquet",
+            "s3://w/t/data/b.parquet",
+            "s3://w/t/data/c.parquet",
+        ];
+        let (mut paths, mut positions) = (Vec::new(), Vec::new());
+        for (i, path) in data.iter().enumerate() {
+            for p in 0..4000i64 {
+                paths.push(*path);
+                positions.push(p * 3 + i as i64);
+            }
+        }
+        let field = |name: &str, t: DataType, id: i32| {
+            Field::new(name, t, false)
+                .with_metadata([(PARQUET_FIELD_ID_META_KEY.to_string(), id.to_string())].into())
+        };
+        let schema = Arc::new(Schema::new(vec![
+            field("file_path", DataType::Utf8, FILE_PATH_ID),
+            field("pos", DataType::Int64, POS_ID),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from(paths)),
+                Arc::new(Int64Array::from(positions)),
+            ],
+        )
+        .unwrap();
+        let properties = parquet::file::properties::WriterProperties::builder()
+            .set_max_row_group_row_count(Some(1000))
+            .build();
+        let file = std::fs::File::create(&delete).unwrap();
+        let mut writer = ArrowWriter::try_new(file, schema, Some(properties)).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        let delete = delete.to_str().unwrap().to_string();
+        let file_io = FileIOBuilder::new(Arc::new(TableStorageFactory::new(
+            LocalPaths::unrestricted(),
+        )))
+        .build();
+
+        // Read for one data file, only the row groups of that file are read.
+        let reader = FieldReader::open(&file_io, &delete).await.unwrap();
+        assert_eq!(
+            reader.row_groups_bounding(FILE_PATH_ID, data[1].as_bytes()),
+            [4, 5, 6, 7]
+        );
+        assert!(
+            reader
+                .row_groups_bounding(FILE_PATH_ID, b"s3://w/t/data/0.parquet")
+                .is_empty()
+        );
+
+        let schema = iceberg::spec::Schema::builder().build().unwrap();
+        let schema = ReadSchema::new(&schema).unwrap();
+        let deletes = [DeleteRef::Positions { path: delete }];
+        for (whole, rows) in [(true, WHOLE_POSITION_ROWS), (false, 100)] {
+            let cache = DeleteCache::with_limits(CACHE_BYTES, rows);
+            for (i, path) in data.iter().enumerate() {
+                let data = DataFileRef {
+                    path,
+                    record_count: 12_000,
+                };
+                let dead = cache
+                    .dead(&file_io, &data, &deletes, &schema)
+                    .await
+                    .unwrap();
+                let expected: RoaringTreemap = (0..4000u64).map(|p| p * 3 + i as u64).collect();
+                assert_eq!(dead, expected, "{path}, decoded whole: {whole}");
+            }
+            let kept = cache.positions.lock().unwrap().entries.len();
+            assert_eq!(kept, usize::from(whole), "decoded whole: {whole}");
+        }
+    }
+
+    #[tokio::test]
     async fn equality_keys_past_the_budget_are_applied_in_shares_with_the_same_result() {
         let dir = tempfile::tempdir().unwrap();
         let path = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
@@ -611,7 +776,7 @@ mod tests {
             })
             .collect();
         for budget in [CACHE_BYTES, 4 << 10] {
-            let cache = DeleteCache::with_key_budget(budget);
+            let cache = DeleteCache::with_limits(budget, WHOLE_POSITION_ROWS);
             let dead = cache
                 .dead(&file_io, &data, &deletes, &schema)
                 .await
@@ -626,7 +791,7 @@ mod tests {
         }
 
         // With the small budget the keys were split into shares that each fit.
-        let cache = DeleteCache::with_key_budget(4 << 10);
+        let cache = DeleteCache::with_limits(4 << 10, WHOLE_POSITION_ROWS);
         let (paths, mut rest) = (vec![path("eq-1.parquet")], Vec::new());
         let paths: Vec<&str> = paths.iter().map(String::as_str).collect();
         let keys = cache
