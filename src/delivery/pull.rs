@@ -18,6 +18,7 @@ use crate::changes::json::JsonOptions;
 use crate::changes::writer;
 use crate::changes::{ChangeStoreError, Position, ReadSchema, SegmentFile, SegmentReader};
 use crate::store::{SegmentRecord, SourceTable, Store, StoreError, TableId};
+use crate::telemetry::metric::EVENTS_RENDERED;
 
 /// Segments fetched from the index per round trip.
 const SEGMENTS_PER_QUERY: i64 = 64;
@@ -406,7 +407,7 @@ impl Feed {
     async fn read_rendered(
         &self,
         head: BatchHead<'_>,
-        entry: &SchemaEntry,
+        entry: &Arc<SchemaEntry>,
         request: &PageRequest<'_>,
         sink: &mut dyn RenderedSink,
         end: &mut PageEnd,
@@ -452,7 +453,54 @@ impl Feed {
                 consumed: segment.first_event + offset as i64,
             };
         }
+        // The reader will likely want the next chunk: render it while it takes this page.
+        if offset.is_multiple_of(CHUNK_EVENTS) && offset < total {
+            self.prefetch(head, entry, offset / CHUNK_EVENTS, options, request);
+        }
         Ok(offset - start)
+    }
+
+    /// Renders chunk `index` of a segment into the shared cache in the background, unless
+    /// it is kept (one being rendered is waited for, not rendered twice); a failure is
+    /// left for a reader to meet.
+    fn prefetch(
+        &self,
+        head: BatchHead<'_>,
+        entry: &Arc<SchemaEntry>,
+        index: usize,
+        options: JsonOptions,
+        request: &PageRequest<'_>,
+    ) {
+        let key = ChunkKey {
+            table: head.table.id,
+            segment: head.segment.path.clone(),
+            index,
+            options,
+            columns: request.selection.columns.clone(),
+        };
+        if self.rendered.contains(&key) {
+            return;
+        }
+        let (feed, entry) = (self.clone(), entry.clone());
+        let (table, segment) = (head.table.clone(), head.segment.clone());
+        let (key_columns, columns) = (head.key.to_vec(), head.columns.to_vec());
+        let whole_rows = head.whole_rows;
+        tokio::spawn(async move {
+            let head = BatchHead {
+                table: &table,
+                segment: &segment,
+                schema: &entry,
+                key: &key_columns,
+                columns: &columns,
+                whole_rows,
+            };
+            let first = index * CHUNK_EVENTS;
+            let len = CHUNK_EVENTS.min(segment.event_count as usize - first);
+            let render = feed.render(head, &entry, first, len, &options);
+            if let Err(e) = feed.rendered.get(key, render).await {
+                tracing::debug!(segment = %segment.path, error = %e, "rendering ahead failed");
+            }
+        });
     }
 
     /// Events `first .. first + len` of a segment, rendered.
@@ -491,6 +539,7 @@ impl Feed {
         if chunk.len() != len {
             return Err(FeedError::Corrupt(segment.path.clone()));
         }
+        metrics::counter!(EVENTS_RENDERED.name).increment(len as u64);
         Ok(chunk)
     }
 

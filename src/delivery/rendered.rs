@@ -16,9 +16,10 @@ use crate::changes::ChangeStoreError;
 use crate::changes::json::JsonOptions;
 use crate::store::TableId;
 
-/// Events per chunk: the API's default `limit`, so that a default page or stream read
-/// is one chunk.
-pub const CHUNK_EVENTS: usize = 1000;
+/// Events per chunk. Reading rows from the middle of a Parquet page decodes the page
+/// from its start (a page holds some 10–20K rows of a column), so a chunk spans many
+/// pages of the default `limit` (1000) to decode each page about once, and stays a few MB.
+pub const CHUNK_EVENTS: usize = 8192;
 
 /// Bytes of rendered events a node keeps by default.
 pub const CACHE_BYTES: u64 = 64 << 20;
@@ -94,6 +95,11 @@ impl RenderedCache {
                 })
                 .build(),
         }
+    }
+
+    /// Whether the chunk at `key` is kept.
+    pub fn contains(&self, key: &ChunkKey) -> bool {
+        self.chunks.contains_key(key)
     }
 
     /// The chunk at `key`, rendered by `render` unless it is kept. Readers asking for a

@@ -140,6 +140,11 @@ pub const EVENTS_STREAMED: Metric = counter(
     "icefeed_delivery_events_streamed_total",
     "Change events sent over server-sent event streams",
 );
+pub const EVENTS_RENDERED: Metric = counter(
+    "icefeed_delivery_events_rendered_total",
+    "Change events rendered as JSON for pages and streams; consumers reading the same \
+     events share one rendering, so this grows slower than the events they are sent",
+);
 
 // Subscriptions.
 pub const PULL_LAG_EVENTS: Metric = gauge(
@@ -210,6 +215,7 @@ pub const ALL: &[Metric] = &[
     HTTP_WAITING_REQUESTS,
     OPEN_STREAMS,
     EVENTS_STREAMED,
+    EVENTS_RENDERED,
     PULL_LAG_EVENTS,
     PULL_LAG_SNAPSHOTS,
     PULL_LAG_SECONDS,

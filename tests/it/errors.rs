@@ -379,8 +379,9 @@ async fn catalog_secrets_are_never_echoed() {
 /// A change set whose segment was removed from the change store behind icefeed's back
 /// answers a problem naming the segment, whether or not its footer was cached; once the
 /// file is back, the feed reads on from where it was. (Events already rendered for some
-/// reader are kept for a while and may still be served, so the second read is of events
-/// past the first chunk of 1000.)
+/// reader are kept for a while and may still be served, and a page ending on a chunk
+/// boundary has the next chunk rendered ahead: the first page ends inside the first
+/// chunk of 8192, and the second read reaches into the second.)
 #[tokio::test]
 async fn missing_change_data_is_named_and_recovers_when_restored() {
     let RegisteredOrders {
@@ -389,11 +390,12 @@ async fn missing_change_data_is_named_and_recovers_when_restored() {
         node,
         store,
         id,
-    } = registered_orders(1..=1001).await;
+    } = registered_orders(1..=8193).await;
     let files = store.path().join("tables").join(&id);
     let moved = store.path().join("moved-away");
     let page = |after: Option<&str>| {
-        let mut path = format!("/v1/tables/{id}/changes?limit=1000");
+        let limit = if after.is_some() { 1000 } else { 8000 };
+        let mut path = format!("/v1/tables/{id}/changes?limit={limit}");
         if let Some(after) = after {
             path.push_str(&format!("&after={after}"));
         }
@@ -427,7 +429,7 @@ async fn missing_change_data_is_named_and_recovers_when_restored() {
         .get(&format!("/v1/tables/{id}/changes?limit=1&after={next}"))
         .await;
     assert_eq!(status, 200);
-    assert_eq!(second["events"][0]["after"]["id"], 1001, "{second}");
+    assert_eq!(second["events"][0]["after"]["id"], 8001, "{second}");
     node.shutdown().await;
 }
 

@@ -378,6 +378,69 @@ async fn curl_follows_the_binary_s_stream_until_sigterm() {
     assert!(exit.success(), "the stream ended cleanly: {exit}");
 }
 
+/// Consumers reading the same events share one rendering of them: four streams and four
+/// pagers of 17,000 events (three chunks), all at once, each get every event once and in
+/// order, the same events whichever way they read, and the node renders each event once.
+#[tokio::test]
+async fn consumers_of_the_same_events_share_one_rendering() {
+    const ROWS: i64 = 17_000;
+    let RegisteredOrders {
+        wh: _wh,
+        node,
+        store: _store,
+        id,
+        ..
+    } = registered_orders(1..=ROWS).await;
+    let rendered = |metrics: String| -> f64 {
+        let name = "icefeed_delivery_events_rendered_total ";
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.parse().ok())
+            .unwrap_or(0.0)
+    };
+    let before = rendered(node.get_text("/metrics").await);
+    let (shared, id) = (&node, &id);
+    let stream = |_| async {
+        let path = format!("/v1/tables/{id}/changes/stream");
+        let mut client = SseClient::connect(shared, &path, None).await;
+        let mut events = Vec::new();
+        for _ in 0..ROWS {
+            events.push(client.expect(SOON).await.change());
+        }
+        events
+    };
+    let pages = |i: i64| async move {
+        // Pages of different sizes, so their reads start and end inside chunks.
+        let limit = 3000 + 977 * i;
+        let (mut events, mut after) = (Vec::new(), String::new());
+        while (events.len() as i64) < ROWS {
+            let (status, page) = shared
+                .get(&format!("/v1/tables/{id}/changes?limit={limit}{after}"))
+                .await;
+            assert_eq!(status, 200, "{page}");
+            events.extend(page["events"].as_array().unwrap().iter().cloned());
+            after = format!("&after={}", page["next"].as_str().unwrap());
+        }
+        events
+    };
+    let (streamed, paged) = tokio::join!(
+        futures::future::join_all((0..4).map(stream)),
+        futures::future::join_all((0..4).map(pages))
+    );
+    let expected = &streamed[0];
+    let ids: Vec<i64> = expected
+        .iter()
+        .map(|e| e["after"]["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, (1..=ROWS).collect::<Vec<_>>());
+    for events in streamed.iter().chain(&paged) {
+        assert!(events == expected, "every consumer reads the same events");
+    }
+    let after = rendered(node.get_text("/metrics").await);
+    assert_eq!(after - before, ROWS as f64, "each event rendered once");
+    node.shutdown().await;
+}
+
 /// The value of a counter or gauge on a node's `/metrics`.
 async fn metric(http: &reqwest::Client, base: &str, name: &str) -> f64 {
     let text = http
