@@ -283,6 +283,14 @@ impl CatalogConfig {
                  (`postgres://user@host/db`) URL; got {uri:?}"
             )));
         }
+        if let CatalogConfig::Sql { uri, .. } = &config
+            && uri.starts_with("postgres")
+            && let Err(e) = url::Url::parse(uri)
+        {
+            return Err(CatalogError::Invalid(format!(
+                "a PostgreSQL catalog's `uri` must be a URL like `postgres://user@host/db`: {e}"
+            )));
+        }
         if let CatalogConfig::Rest { uri, .. } = &config
             && !url::Url::parse(uri).is_ok_and(|u| matches!(u.scheme(), "http" | "https"))
         {

@@ -101,9 +101,10 @@ impl Reach {
     /// A PostgreSQL URL names its server in the authority or in `host` / `hostaddr`
     /// parameters; a `host` that is a directory is a Unix socket, a local path.
     async fn check_postgres(&self, uri: &str) -> Result<(), CatalogError> {
-        let Ok(url) = Url::parse(uri) else {
-            return Ok(());
-        };
+        // Unparsed, its host could not be checked: refused (settings validation says why).
+        let url = Url::parse(uri).map_err(|e| {
+            CatalogError::Invalid(format!("catalog uri is not a PostgreSQL URL: {e}"))
+        })?;
         let port = url.port().unwrap_or(5432);
         let shown = without_credentials(&url);
         if let Some(host) = url.host_str().filter(|h| !h.is_empty()) {

@@ -51,6 +51,23 @@ async fn registration_errors_are_problems_and_store_nothing() {
         "invalid_catalog",
     )
     .await;
+    // A PostgreSQL URL that does not parse is the caller's mistake, not an unreachable
+    // catalog (found by schemathesis).
+    let p = expect_problem(
+        post(json!({"catalog": {"type": "sql", "uri": "postgres://\u{bf}\\B)'|", "warehouse": "w"}, "table": "a.b"}))
+            .await
+            .unwrap(),
+        400,
+        "invalid_catalog",
+    )
+    .await;
+    assert!(
+        p["detail"]
+            .as_str()
+            .unwrap()
+            .contains("postgres://user@host/db"),
+        "{p}"
+    );
     expect_problem(
         post(json!({"catalog": {"type": "rest", "uri": "http://127.0.0.1:9"}, "table": "a.b"}))
             .await
