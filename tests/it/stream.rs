@@ -384,21 +384,22 @@ async fn curl_follows_the_binary_s_stream_until_sigterm() {
 #[tokio::test]
 async fn consumers_of_the_same_events_share_one_rendering() {
     const ROWS: i64 = 17_000;
-    let RegisteredOrders {
-        wh: _wh,
-        node,
-        store: _store,
-        id,
-        ..
-    } = registered_orders(1..=ROWS).await;
-    let rendered = |metrics: String| -> f64 {
-        let name = "icefeed_delivery_events_rendered_total ";
-        metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(name)?.parse().ok())
-            .unwrap_or(0.0)
-    };
-    let before = rendered(node.get_text("/metrics").await);
+    const RENDERED: &str = "icefeed_delivery_events_rendered_total";
+    let wh = Warehouse::new().await;
+    let t = wh.create("shop.orders", orders_schema(), None).await;
+    let t = wh.append(&t, &[orders(1..=ROWS)]).await;
+    // A node of its own: metrics are per process, and other tests' nodes render too.
+    let db = fresh_database().await;
+    let store = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::new();
+    let process = spawn_node_with(&db, store.path(), "node-shared-rendering", &[]);
+    wait_ready(&http, &process).await;
+    let node = Node::remote(process.base.clone());
+    let id = node
+        .register(&wh.registration("shop.orders", json!({})))
+        .await;
+    node.wait_for_checkpoint(&id, head(&t)).await;
+    let before = metric(&http, &process.base, RENDERED).await;
     let (shared, id) = (&node, &id);
     let stream = |_| async {
         let path = format!("/v1/tables/{id}/changes/stream");
@@ -436,9 +437,10 @@ async fn consumers_of_the_same_events_share_one_rendering() {
     for events in streamed.iter().chain(&paged) {
         assert!(events == expected, "every consumer reads the same events");
     }
-    let after = rendered(node.get_text("/metrics").await);
+    let after = metric(&http, &process.base, RENDERED).await;
     assert_eq!(after - before, ROWS as f64, "each event rendered once");
-    node.shutdown().await;
+    let (status, log) = terminate(process);
+    assert!(status.success(), "{log}");
 }
 
 /// The value of a counter or gauge on a node's `/metrics`.
