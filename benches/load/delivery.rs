@@ -221,7 +221,7 @@ fn parse_events(buffer: &[u8], wanted: u64, events: &mut u64) -> anyhow::Result<
     let mut start = 0;
     let mut taken = 0;
     while taken < wanted {
-        let Some(len) = buffer[start..].windows(2).position(|w| w == b"\n\n") else {
+        let Some(len) = memchr::memmem::find(&buffer[start..], b"\n\n") else {
             break;
         };
         let block = &buffer[start..start + len];

@@ -197,10 +197,13 @@ impl<'a> PageSink<'a> {
         cursor: CursorFn<'a>,
         limit: usize,
     ) -> Self {
-        let json = |framing| Self::Json(JsonSink::new(framing, options, cursor, limit), format);
+        let json = |framing| JsonSink::new(framing, options, cursor, limit);
         match format {
-            Format::Json => json(Framing::JsonArray),
-            Format::Ndjson => json(Framing::Ndjson),
+            Format::Json => Self::Json(
+                json(Framing::JsonArray).with_prefix(ENVELOPE_OPENING),
+                format,
+            ),
+            Format::Ndjson => Self::Json(json(Framing::Ndjson), format),
             Format::Arrow => Self::Arrow(ArrowSink::new()),
         }
     }
@@ -225,10 +228,13 @@ impl<'a> PageSink<'a> {
         let (content_type, body, count) = match self {
             Self::Json(sink, format) => {
                 let count = sink.count();
-                let events = sink.into_body();
+                let mut body = sink.into_body();
                 match format {
-                    Format::Ndjson => (NDJSON, events, count),
-                    _ => ("application/json", json_envelope(&events, &tail), count),
+                    Format::Ndjson => (NDJSON, body, count),
+                    _ => {
+                        close_envelope(&mut body, &tail);
+                        ("application/json", body, count)
+                    }
                 }
             }
             Self::Arrow(sink) => {
@@ -267,16 +273,16 @@ impl<'a> PageSink<'a> {
     }
 }
 
-/// `{"events":[<events>],"next":"…","more":…}` around pre-encoded events.
-fn json_envelope(events: &[u8], tail: &PageTail) -> Vec<u8> {
-    let mut body = Vec::with_capacity(events.len() + tail.next.len() + 40);
-    body.extend_from_slice(b"{\"events\":[");
-    body.extend_from_slice(events);
+/// How a JSON page opens: `{"events":[`, then the events.
+const ENVELOPE_OPENING: &[u8] = b"{\"events\":[";
+
+/// Closes a JSON page opened with [`ENVELOPE_OPENING`] and its events:
+/// `],"next":"…","more":…}`.
+fn close_envelope(body: &mut Vec<u8>, tail: &PageTail) {
     body.extend_from_slice(b"],\"next\":\"");
     body.extend_from_slice(tail.next.as_bytes());
     body.extend_from_slice(b"\",\"more\":");
     body.extend_from_slice(if tail.more { b"true}" } else { b"false}" });
-    body
 }
 
 impl From<SelectionError> for ApiError {

@@ -24,6 +24,9 @@ pub enum Framing {
     Sse,
 }
 
+/// Bytes of a table feed's cursor.
+const CURSOR_BYTES: usize = 44;
+
 /// Turns an event's position in a table's feed into the cursor a consumer sees.
 pub type CursorFn<'a> = &'a (dyn Fn(TableId, Position) -> String + Sync);
 
@@ -75,6 +78,13 @@ impl<'a> JsonSink<'a> {
             meta: None,
             spans: None,
         }
+    }
+
+    /// Starts the body with `prefix` (an envelope's opening, so that closing it costs no
+    /// copy of the events).
+    pub fn with_prefix(mut self, prefix: &[u8]) -> Self {
+        self.body.extend_from_slice(prefix);
+        self
     }
 
     /// Also records where each event's parts lie ([`Self::into_body_and_spans`]).
@@ -184,6 +194,9 @@ impl RenderedSink for JsonSink<'_> {
         first: Position,
         events: &[usize],
     ) {
+        // Each event: its tail, and its framing and cursor (a subscription's is longer).
+        let framed = chunk.tail_bytes(events) + events.len() * (2 * CURSOR_BYTES + 48);
+        self.body.reserve(framed);
         for &i in events {
             let position = Position {
                 ordinal: first.ordinal,

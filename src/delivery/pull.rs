@@ -528,7 +528,7 @@ impl Feed {
             )
             .await?;
         let meta = EventMeta::new(head.table, segment);
-        let mut chunk = RenderedChunk::default();
+        let mut chunk = RenderedChunk::with_capacity(len);
         let mut at = first;
         for batch in &batches {
             let events = EventBatch::new(head, segment.first_event + at as i64, batch, inserts)?;

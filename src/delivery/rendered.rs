@@ -47,11 +47,31 @@ pub struct RenderedChunk {
 }
 
 impl RenderedChunk {
+    /// An empty chunk that will hold `events` events.
+    pub fn with_capacity(events: usize) -> Self {
+        Self {
+            tails: Vec::new(),
+            ends: Vec::with_capacity(events),
+            ops: Vec::with_capacity(events),
+        }
+    }
+
     /// Adds an event: `render` appends its tail.
     pub fn push(&mut self, op: Op, render: impl FnOnce(&mut Vec<u8>)) {
         render(&mut self.tails);
+        if self.ends.is_empty() {
+            // Events of a change set are about alike: room for the others as large as
+            // the first, and an eighth more, instead of growing by copies.
+            let rest = self.ends.capacity().saturating_sub(1);
+            self.tails.reserve(rest * self.tails.len() / 8 * 9);
+        }
         self.ends.push(self.tails.len() as u32);
         self.ops.push(op);
+    }
+
+    /// Bytes of the tails of `events`.
+    pub fn tail_bytes(&self, events: &[usize]) -> usize {
+        events.iter().map(|&i| self.tail(i).len()).sum()
     }
 
     pub fn len(&self) -> usize {
