@@ -361,19 +361,7 @@ impl Feed {
                 wanted
             }
             .min(total - offset);
-            let batches = self
-                .reader
-                .read(
-                    SegmentFile {
-                        key: &segment.path,
-                        size: segment.size_bytes as u64,
-                        deleted_rows: segment.deleted_rows.as_deref(),
-                    },
-                    inserts.then_some(&entry.read),
-                    offset,
-                    chunk,
-                )
-                .await?;
+            let batches = self.read_rows(segment, &entry, offset, chunk).await?;
             if batches.iter().all(|b| b.num_rows() == 0) {
                 return Err(FeedError::Corrupt(segment.path.clone()));
             }
@@ -514,19 +502,7 @@ impl Feed {
     ) -> Result<RenderedChunk, FeedError> {
         let segment = head.segment;
         let inserts = segment.layout == "inserts";
-        let batches = self
-            .reader
-            .read(
-                SegmentFile {
-                    key: &segment.path,
-                    size: segment.size_bytes as u64,
-                    deleted_rows: segment.deleted_rows.as_deref(),
-                },
-                inserts.then_some(&entry.read),
-                first,
-                len,
-            )
-            .await?;
+        let batches = self.read_rows(segment, entry, first, len).await?;
         let meta = EventMeta::new(head.table, segment);
         let mut chunk = RenderedChunk::with_capacity(len);
         let mut at = first;
@@ -541,6 +517,24 @@ impl Feed {
         }
         metrics::counter!(EVENTS_RENDERED.name).increment(len as u64);
         Ok(chunk)
+    }
+
+    /// Events `offset .. offset + count` of `segment` as stored: a copied source file
+    /// (`inserts`) read under the change set's schema, icefeed's own segments as written.
+    async fn read_rows(
+        &self,
+        segment: &SegmentRecord,
+        entry: &SchemaEntry,
+        offset: usize,
+        count: usize,
+    ) -> Result<Vec<RecordBatch>, FeedError> {
+        let file = SegmentFile {
+            key: &segment.path,
+            size: segment.size_bytes as u64,
+            deleted_rows: segment.deleted_rows.as_deref(),
+        };
+        let schema = (segment.layout == "inserts").then_some(&entry.read);
+        Ok(self.reader.read(file, schema, offset, count).await?)
     }
 
     /// The parsed schema `schema_id` of `table`'s change sets.

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::fixtures::{RegisteredOrders, orders, orders_schema, registered_orders};
-use crate::nodes::{spawn_node_with, terminate, wait_ready};
+use crate::nodes::{Process, spawn_node_with, terminate, wait_ready};
 use crate::support::{Node, Warehouse, fresh_database, head, test_settings, wait_until};
 
 /// One server-sent event.
@@ -378,6 +378,41 @@ async fn curl_follows_the_binary_s_stream_until_sigterm() {
     assert!(exit.success(), "the stream ended cleanly: {exit}");
 }
 
+/// `shop.orders` with rows `1..=rows`, followed by a node process of its own (its
+/// metrics and its memory are its own), with extra environment `env`.
+struct OwnNode {
+    _wh: Warehouse,
+    _store: tempfile::TempDir,
+    http: reqwest::Client,
+    process: Process,
+    node: Node,
+    id: String,
+}
+
+async fn orders_on_own_node(rows: i64, name: &str, env: &[(&str, &str)]) -> OwnNode {
+    let wh = Warehouse::new().await;
+    let t = wh.create("shop.orders", orders_schema(), None).await;
+    let t = wh.append(&t, &[orders(1..=rows)]).await;
+    let db = fresh_database().await;
+    let store = tempfile::tempdir().unwrap();
+    let http = reqwest::Client::new();
+    let process = spawn_node_with(&db, store.path(), name, env);
+    wait_ready(&http, &process).await;
+    let node = Node::remote(process.base.clone());
+    let id = node
+        .register(&wh.registration("shop.orders", json!({})))
+        .await;
+    node.wait_for_checkpoint(&id, head(&t)).await;
+    OwnNode {
+        _wh: wh,
+        _store: store,
+        http,
+        process,
+        node,
+        id,
+    }
+}
+
 /// Consumers reading the same events share one rendering of them: four streams and four
 /// pagers of 17,000 events (three chunks), all at once, each get every event once and in
 /// order, the same events whichever way they read, and the node renders each event once.
@@ -385,20 +420,15 @@ async fn curl_follows_the_binary_s_stream_until_sigterm() {
 async fn consumers_of_the_same_events_share_one_rendering() {
     const ROWS: i64 = 17_000;
     const RENDERED: &str = "icefeed_delivery_events_rendered_total";
-    let wh = Warehouse::new().await;
-    let t = wh.create("shop.orders", orders_schema(), None).await;
-    let t = wh.append(&t, &[orders(1..=ROWS)]).await;
-    // A node of its own: metrics are per process, and other tests' nodes render too.
-    let db = fresh_database().await;
-    let store = tempfile::tempdir().unwrap();
-    let http = reqwest::Client::new();
-    let process = spawn_node_with(&db, store.path(), "node-shared-rendering", &[]);
-    wait_ready(&http, &process).await;
-    let node = Node::remote(process.base.clone());
-    let id = node
-        .register(&wh.registration("shop.orders", json!({})))
-        .await;
-    node.wait_for_checkpoint(&id, head(&t)).await;
+    // A node of its own: other tests' nodes in this process render too.
+    let OwnNode {
+        _wh,
+        _store,
+        http,
+        process,
+        node,
+        id,
+    } = orders_on_own_node(ROWS, "node-shared-rendering", &[]).await;
     let before = metric(&http, &process.base, RENDERED).await;
     let (shared, id) = (&node, &id);
     let stream = |_| async {
@@ -461,24 +491,19 @@ async fn metric(http: &reqwest::Client, base: &str, name: &str) -> f64 {
 #[tokio::test]
 async fn a_stalled_client_holds_back_its_stream_and_does_not_hold_up_sigterm() {
     const ROWS: i64 = 200_000;
-    let wh = Warehouse::new().await;
-    let t = wh.create("shop.orders", orders_schema(), None).await;
-    let t = wh.append(&t, &[orders(1..=ROWS)]).await;
-    let db = fresh_database().await;
-    let store = tempfile::tempdir().unwrap();
-    let http = reqwest::Client::new();
-    let process = spawn_node_with(
-        &db,
-        store.path(),
+    let OwnNode {
+        _wh,
+        _store,
+        http,
+        process,
+        node,
+        id,
+    } = orders_on_own_node(
+        ROWS,
         "node-stalled",
         &[("ICEFEED_API__SHUTDOWN_GRACE", "2s")],
-    );
-    wait_ready(&http, &process).await;
-    let node = Node::remote(process.base.clone());
-    let id = node
-        .register(&wh.registration("shop.orders", json!({})))
-        .await;
-    node.wait_for_checkpoint(&id, head(&t)).await;
+    )
+    .await;
 
     // A client that never reads the body: the server stops reading pages for it.
     let stalled = http
