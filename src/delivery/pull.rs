@@ -421,6 +421,11 @@ impl Feed {
                 .rendered
                 .get(key, self.render(head, entry, first, len, &options))
                 .await?;
+            // A reader of this chunk will likely go on into the next: render it on another
+            // core while this one is read, copied and taken.
+            if first + len < total {
+                self.prefetch(head, entry, index + 1, options, request);
+            }
             selected.clear();
             let mut examined = offset - first;
             while examined < len && end.count + selected.len() < request.limit {
@@ -440,10 +445,6 @@ impl Feed {
                 ordinal: segment.ordinal,
                 consumed: segment.first_event + offset as i64,
             };
-        }
-        // The reader will likely want the next chunk: render it while it takes this page.
-        if offset.is_multiple_of(CHUNK_EVENTS) && offset < total {
-            self.prefetch(head, entry, offset / CHUNK_EVENTS, options, request);
         }
         Ok(offset - start)
     }

@@ -396,9 +396,9 @@ async fn catalog_secrets_are_never_echoed() {
 /// A change set whose segment was removed from the change store behind icefeed's back
 /// answers a problem naming the segment, whether or not its footer was cached; once the
 /// file is back, the feed reads on from where it was. (Events already rendered for some
-/// reader are kept for a while and may still be served, and a page ending on a chunk
-/// boundary has the next chunk rendered ahead: the first page ends inside the first
-/// chunk of 8192, and the second read reaches into the second.)
+/// reader are kept for a while and may still be served, and a reader of a chunk has the
+/// next one rendered ahead: the first page reads only the first chunk of 8192, and the
+/// second read reaches into the third.)
 #[tokio::test]
 async fn missing_change_data_is_named_and_recovers_when_restored() {
     let RegisteredOrders {
@@ -407,11 +407,11 @@ async fn missing_change_data_is_named_and_recovers_when_restored() {
         node,
         store,
         id,
-    } = registered_orders(1..=8193).await;
+    } = registered_orders(1..=16_385).await;
     let files = store.path().join("tables").join(&id);
     let moved = store.path().join("moved-away");
     let page = |after: Option<&str>| {
-        let limit = if after.is_some() { 1000 } else { 8000 };
+        let limit = if after.is_some() { 10_000 } else { 8000 };
         let mut path = format!("/v1/tables/{id}/changes?limit={limit}");
         if let Some(after) = after {
             path.push_str(&format!("&after={after}"));
