@@ -6,14 +6,13 @@
 //! position file or an equality delete file serves many data files.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex};
 
 use arrow::array::{Array, ArrayRef, AsArray, new_null_array};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Int64Type};
 use arrow::row::{RowConverter, SortField};
-use std::hash::BuildHasher;
-
 use foldhash::fast::FixedState;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};

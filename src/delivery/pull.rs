@@ -184,6 +184,28 @@ impl<'a> EventBatch<'a> {
     }
 }
 
+/// Chunk `index` of a segment of `total` events: its first event and its length.
+fn chunk_span(index: usize, total: usize) -> (usize, usize) {
+    let first = index * CHUNK_EVENTS;
+    (first, CHUNK_EVENTS.min(total - first))
+}
+
+/// The key of chunk `index` of `head`'s segment, rendered with `options` for `request`.
+fn chunk_key(
+    head: BatchHead<'_>,
+    index: usize,
+    options: JsonOptions,
+    request: &PageRequest<'_>,
+) -> ChunkKey {
+    ChunkKey {
+        table: head.table.id,
+        segment: head.segment.path.clone(),
+        index,
+        options,
+        columns: request.selection.columns.clone(),
+    }
+}
+
 /// What is the same for every batch of a segment.
 #[derive(Clone, Copy)]
 struct BatchHead<'a> {
@@ -408,15 +430,8 @@ impl Feed {
         let mut selected = Vec::new();
         while offset < total && end.count < request.limit && offset - start < SCAN_BUDGET {
             let index = offset / CHUNK_EVENTS;
-            let first = index * CHUNK_EVENTS;
-            let len = CHUNK_EVENTS.min(total - first);
-            let key = ChunkKey {
-                table: head.table.id,
-                segment: segment.path.clone(),
-                index,
-                options,
-                columns: request.selection.columns.clone(),
-            };
+            let (first, len) = chunk_span(index, total);
+            let key = chunk_key(head, index, options, request);
             let chunk = self
                 .rendered
                 .get(key, self.render(head, entry, first, len, &options))
@@ -424,7 +439,8 @@ impl Feed {
             // A reader of this chunk will likely go on into the next: render it on another
             // core while this one is read, copied and taken.
             if first + len < total {
-                self.prefetch(head, entry, index + 1, options, request);
+                let next = chunk_key(head, index + 1, options, request);
+                self.prefetch(head, entry, next, options);
             }
             selected.clear();
             let mut examined = offset - first;
@@ -456,17 +472,9 @@ impl Feed {
         &self,
         head: BatchHead<'_>,
         entry: &Arc<SchemaEntry>,
-        index: usize,
+        key: ChunkKey,
         options: JsonOptions,
-        request: &PageRequest<'_>,
     ) {
-        let key = ChunkKey {
-            table: head.table.id,
-            segment: head.segment.path.clone(),
-            index,
-            options,
-            columns: request.selection.columns.clone(),
-        };
         if self.rendered.contains(&key) {
             return;
         }
@@ -483,8 +491,7 @@ impl Feed {
                 columns: &columns,
                 whole_rows,
             };
-            let first = index * CHUNK_EVENTS;
-            let len = CHUNK_EVENTS.min(segment.event_count as usize - first);
+            let (first, len) = chunk_span(key.index, segment.event_count as usize);
             let render = feed.render(head, &entry, first, len, &options);
             if let Err(e) = feed.rendered.get(key, render).await {
                 tracing::debug!(segment = %segment.path, error = %e, "rendering ahead failed");
