@@ -41,6 +41,36 @@ impl Op {
     }
 }
 
+/// Something a change set holds that no valid commit produces, flagged on its events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Anomaly {
+    /// A row a data file regained: a delete that removed it was dropped without a
+    /// replacement (MERGE_ON_READ M9), so it is published as an insert.
+    Resurrected = 0,
+}
+
+impl Anomaly {
+    /// The name events carry.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Anomaly::Resurrected => "resurrected",
+        }
+    }
+
+    /// The code stored in segments.
+    pub fn code(self) -> i8 {
+        self as i8
+    }
+
+    /// The anomaly of a stored code.
+    pub fn from_code(code: i8) -> Option<Self> {
+        match code {
+            0 => Some(Anomaly::Resurrected),
+            _ => None,
+        }
+    }
+}
+
 /// One change: indexes into the surviving deleted and inserted rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChangeRow {
@@ -59,4 +89,18 @@ pub struct Survivors {
     pub deleted: RecordBatch,
     /// Rows added for real.
     pub inserted: RecordBatch,
+    /// Indexes (ascending) of the `inserted` rows that a data file regained rather than
+    /// gained ([`Anomaly::Resurrected`]); empty for every valid commit.
+    pub regained: Vec<u32>,
+}
+
+impl Survivors {
+    /// The anomaly of the change whose `after` row is `after`, if any.
+    pub fn anomaly(&self, after: Option<u32>) -> Option<Anomaly> {
+        let after = after?;
+        self.regained
+            .binary_search(&after)
+            .is_ok()
+            .then_some(Anomaly::Resurrected)
+    }
 }

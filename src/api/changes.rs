@@ -74,6 +74,11 @@ pub struct ChangeEvent {
     /// The row after the change (inserts and updates).
     #[schema(value_type = Option<Object>)]
     pub after: Option<serde_json::Value>,
+    /// Present only on a change no valid commit produces (see `EventAnomaly`): the
+    /// change set still matches the table, but a writer or a metadata edit did
+    /// something to look into.
+    #[schema(value_type = Option<super::pages::EventAnomaly>)]
+    pub anomaly: Option<String>,
     /// The snapshot that made the change.
     pub snapshot_id: Int64,
     /// Its sequence number.
@@ -101,7 +106,8 @@ pub struct ChangePage {
 /// Formats: JSON (default), NDJSON (`Accept: application/x-ndjson`) and an Arrow IPC
 /// stream (`Accept: application/vnd.apache.arrow.stream`) whose rows are the table's
 /// columns plus `_change_type` (INSERT, DELETE, UPDATE_BEFORE, UPDATE_AFTER),
-/// `_change_ordinal` and `_commit_snapshot_id`; `format` overrides `Accept`. NDJSON and
+/// `_change_ordinal`, `_commit_snapshot_id` and `_anomaly` (the event's `anomaly`, null
+/// for most); `format` overrides `Accept`. NDJSON and
 /// Arrow pages carry the next cursor and whether more events are available in the
 /// `Icefeed-Next-Cursor` and `Icefeed-More` headers. An Arrow page holds events of one
 /// schema; a schema change ends the page early.

@@ -50,6 +50,16 @@ pub enum Operation {
     Delete,
 }
 
+/// What is anomalous about a change event: something no valid commit produces.
+// Describes events in the OpenAPI document; `change::Anomaly` writes them.
+#[derive(Clone, Copy, Debug, Serialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum EventAnomaly {
+    /// An insert of a row that a data file regained: a delete that had removed it was
+    /// dropped without a replacement (a metadata edit, not an engine's commit).
+    Resurrected,
+}
+
 /// How 64-bit integers beyond ±2^53 are written.
 #[derive(Clone, Copy, Debug, Default, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]

@@ -21,11 +21,13 @@ use crate::change::{ChangeRow, Op, Survivors};
 
 /// Cancels rows that appear identically in `removed` and `added` (a multiset difference).
 /// Survivors keep their input order. Only the removed side's rows are held in the row
-/// format; added rows are converted a batch at a time and probed.
+/// format; added rows are converted a batch at a time and probed. `regained[b]` says
+/// whether added batch `b` holds rows a data file regained (missing: it does not).
 pub fn cancel_carryover(
     schema: &SchemaRef,
     removed: &[RecordBatch],
     added: &[RecordBatch],
+    regained: &[bool],
 ) -> Result<Survivors, ArrowError> {
     let converter = whole_row_converter(schema)?;
     let removed_rows = removed
@@ -51,8 +53,10 @@ pub fn cancel_carryover(
     }
     let mut live = vec![true; total];
     let mut inserted = Vec::new();
+    let mut regained_rows = Vec::new();
     for (b, batch) in added.iter().enumerate() {
         let rows = converter.convert_columns(batch.columns())?;
+        let batch_regained = regained.get(b).copied().unwrap_or(false);
         for (r, row) in rows.iter().enumerate() {
             let hash = row_hash(row.as_ref());
             let mut prev = NONE;
@@ -61,6 +65,9 @@ pub fn cancel_carryover(
                 (prev, i) = (i, next[i as usize]);
             }
             if i == NONE {
+                if batch_regained {
+                    regained_rows.push(inserted.len() as u32);
+                }
                 inserted.push((b, r));
                 continue;
             }
@@ -82,6 +89,7 @@ pub fn cancel_carryover(
     Ok(Survivors {
         deleted: gather(schema, removed, &deleted)?,
         inserted: gather(schema, added, &inserted)?,
+        regained: regained_rows,
     })
 }
 
@@ -277,7 +285,7 @@ pub(crate) mod tests {
         added: &[(i64, &str)],
         key: &[usize],
     ) -> Vec<(Op, Option<i64>, Option<i64>)> {
-        let s = cancel_carryover(&schema(), &[rows(removed)], &[rows(added)]).unwrap();
+        let s = cancel_carryover(&schema(), &[rows(removed)], &[rows(added)], &[]).unwrap();
         let (d, i) = (ids(&s.deleted), ids(&s.inserted));
         pair(&s, key)
             .unwrap()
@@ -339,7 +347,8 @@ pub(crate) mod tests {
 
     #[test]
     fn a_key_twice_on_one_side_is_an_error() {
-        let s = cancel_carryover(&schema(), &[rows(&[(1, "a"), (1, "b")])], &[rows(&[])]).unwrap();
+        let s =
+            cancel_carryover(&schema(), &[rows(&[(1, "a"), (1, "b")])], &[rows(&[])], &[]).unwrap();
         let err = pair(&s, &[0]).unwrap_err();
         assert!(
             matches!(
@@ -356,5 +365,24 @@ pub(crate) mod tests {
     #[test]
     fn a_delete_and_reinsert_of_the_same_row_is_carryover() {
         assert!(changes(&[(1, "a")], &[(1, "a")], &[0]).is_empty());
+    }
+
+    #[test]
+    fn regained_rows_stay_marked_through_cancelling() {
+        let s = cancel_carryover(
+            &schema(),
+            &[rows(&[(1, "a"), (3, "c")])],
+            &[rows(&[(2, "b"), (1, "a")]), rows(&[(3, "c"), (4, "d")])],
+            &[false, true],
+        )
+        .unwrap();
+        assert_eq!(ids(&s.inserted), vec![2, 4]);
+        assert_eq!(s.regained, vec![1], "(3, c) cancelled; (4, d) regained");
+        assert_eq!(
+            s.anomaly(Some(1)),
+            Some(crate::change::Anomaly::Resurrected)
+        );
+        assert_eq!(s.anomaly(Some(0)), None);
+        assert_eq!(s.anomaly(None), None);
     }
 }

@@ -1,5 +1,6 @@
 //! Writing `changes` segments: Parquet files of `_op` (int8), `_before` and `_after`
-//! (structs of the table's columns; null where a side is absent), in event order.
+//! (structs of the table's columns; null where a side is absent), in event order, and
+//! `_anomaly` (int8, null for most events) in the segments that have an anomaly.
 
 use std::sync::Arc;
 
@@ -13,7 +14,7 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
 use super::ChangeStoreError;
-use crate::change::{ChangeRow, Survivors};
+use crate::change::{Anomaly, ChangeRow, Survivors};
 
 /// Column names of a `changes` segment.
 pub const OP: &str = "_op";
@@ -21,6 +22,8 @@ pub const OP: &str = "_op";
 pub const BEFORE: &str = "_before";
 /// The row after the change.
 pub const AFTER: &str = "_after";
+/// What is anomalous about the change ([`crate::change::Anomaly`]), if anything.
+pub const ANOMALY: &str = "_anomaly";
 
 /// Events per data page (the limit is checked once per write batch of this many).
 const PAGE_ROWS: usize = 1024;
@@ -33,12 +36,22 @@ pub fn encode_changes(
     let ops = Int8Array::from(changes.iter().map(|c| c.op.code()).collect::<Vec<_>>());
     let before = side(&survivors.deleted, changes.iter().map(|c| c.before))?;
     let after = side(&survivors.inserted, changes.iter().map(|c| c.after))?;
-    let schema = Arc::new(Schema::new(vec![
+    let mut fields = vec![
         Field::new(OP, DataType::Int8, false),
         Field::new(BEFORE, before.data_type().clone(), true),
         Field::new(AFTER, after.data_type().clone(), true),
-    ]));
-    let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(ops), before, after])?;
+    ];
+    let mut columns: Vec<ArrayRef> = vec![Arc::new(ops), before, after];
+    if !survivors.regained.is_empty() {
+        let anomalies: Int8Array = changes
+            .iter()
+            .map(|c| survivors.anomaly(c.after).map(Anomaly::code))
+            .collect();
+        fields.push(Field::new(ANOMALY, DataType::Int8, true));
+        columns.push(Arc::new(anomalies));
+    }
+    let schema = Arc::new(Schema::new(fields));
+    let batch = RecordBatch::try_new(schema.clone(), columns)?;
     // Feeds read a segment a page of events at a time (a push batch is 1000 by default)
     // from anywhere in it, and a read decodes every data page its range touches plus
     // each column's dictionary: with the defaults (pages of up to 20,000 rows,
@@ -95,6 +108,7 @@ mod tests {
         let survivors = Survivors {
             deleted,
             inserted: RecordBatch::new_empty(schema),
+            regained: Vec::new(),
         };
         let changes: Vec<ChangeRow> = (0..rows as u32)
             .map(|i| ChangeRow {

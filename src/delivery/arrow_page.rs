@@ -1,16 +1,17 @@
 //! Rendering events as an Arrow IPC stream: the table's (selected) columns plus Spark's
 //! changelog columns, one row per insert or delete and two per update, so that pyarrow,
-//! polars or Spark code written against `create_changelog_view` reads a page as is.
+//! polars or Spark code written against `create_changelog_view` reads a page as is; then
+//! `_anomaly`, icefeed's own.
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray, new_null_array};
 use arrow::compute::{cast, interleave};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::ipc::writer::StreamWriter;
 
 use super::pull::{EventBatch, EventSink, FeedError};
-use crate::change::Op;
+use crate::change::{Anomaly, Op};
 use crate::changes::ReadSchema;
 use crate::store::{SegmentRecord, TableId};
 
@@ -20,6 +21,8 @@ pub const CHANGE_TYPE: &str = "_change_type";
 pub const CHANGE_ORDINAL: &str = "_change_ordinal";
 /// The snapshot that made the change.
 pub const COMMIT_SNAPSHOT_ID: &str = "_commit_snapshot_id";
+/// What is anomalous about the change (the event's `anomaly`), null for valid commits.
+pub const ANOMALY: &str = "_anomaly";
 
 /// Collects events of one table and one schema as Arrow batches.
 #[derive(Default)]
@@ -79,6 +82,7 @@ fn output_schema(mut fields: Vec<Field>) -> SchemaRef {
     fields.push(Field::new(CHANGE_TYPE, DataType::Utf8, false));
     fields.push(Field::new(CHANGE_ORDINAL, DataType::Int64, false));
     fields.push(Field::new(COMMIT_SNAPSHOT_ID, DataType::Int64, false));
+    fields.push(Field::new(ANOMALY, DataType::Utf8, true));
     Arc::new(Schema::new(fields))
 }
 
@@ -95,7 +99,13 @@ impl EventSink for ArrowSink {
     fn write(&mut self, batch: &EventBatch<'_>, rows: &[usize]) -> Result<(), FeedError> {
         let mut picks = Vec::with_capacity(rows.len() + rows.len() / 4);
         let mut types = Vec::with_capacity(picks.capacity());
+        let mut anomalies: Vec<Option<&str>> = Vec::new();
         for &row in rows {
+            let anomaly = batch.anomaly(row)?.map(Anomaly::as_str);
+            if anomaly.is_some() && anomalies.is_empty() {
+                anomalies.resize(types.len(), None);
+            }
+            let before = types.len();
             match batch.op(row)? {
                 Op::Insert => {
                     picks.push((AFTER, row));
@@ -109,6 +119,9 @@ impl EventSink for ArrowSink {
                     picks.extend([(BEFORE, row), (AFTER, row)]);
                     types.extend(["UPDATE_BEFORE", "UPDATE_AFTER"]);
                 }
+            }
+            if !anomalies.is_empty() {
+                anomalies.resize(anomalies.len() + types.len() - before, anomaly);
             }
         }
         let after = batch
@@ -150,6 +163,11 @@ impl EventSink for ArrowSink {
             batch.segment.snapshot_id;
             n
         ])));
+        columns.push(if anomalies.is_empty() {
+            new_null_array(&DataType::Utf8, n)
+        } else {
+            Arc::new(StringArray::from(anomalies))
+        });
         self.batches
             .push(RecordBatch::try_new(schema.clone(), columns)?);
         Ok(())

@@ -8,7 +8,7 @@ use iceberg::spec::NestedFieldRef;
 
 use super::pull::{EventBatch, EventSink, FeedError, Image, RenderedSink};
 use super::rendered::RenderedChunk;
-use crate::change::Op;
+use crate::change::{Anomaly, Op};
 use crate::changes::Position;
 use crate::changes::json::{BoundRecord, JsonOptions, RecordEncoder, write_json_string};
 use crate::store::{SegmentRecord, SourceTable, TableId};
@@ -152,8 +152,9 @@ impl EventSink for JsonSink<'_> {
         let tails = encoders.bind(batch, &meta.1)?;
         for &row in rows {
             let op = batch.op(row)?;
+            let anomaly = batch.anomaly(row)?;
             let start = self.open_event(batch.table.id, batch.position(row));
-            let spans = tails.write(row, op, &mut self.body);
+            let spans = tails.write(row, op, anomaly, &mut self.body);
             if let Some(all) = &mut self.spans {
                 all.push(EventSpans {
                     event: start..self.body.len(),
@@ -220,8 +221,9 @@ pub fn render_chunk(
     let tails = encoders.bind(batch, meta)?;
     for row in 0..batch.rows {
         let op = batch.op(row)?;
+        let anomaly = batch.anomaly(row)?;
         chunk.push(op, |out| {
-            tails.write(row, op, out);
+            tails.write(row, op, anomaly, out);
         });
     }
     Ok(())
@@ -258,7 +260,8 @@ impl Encoders {
     }
 }
 
-/// Writes what follows an event's position: `","op":…,"schema_id":…}`.
+/// Writes what follows an event's position: `","op":…,"schema_id":…}`, with
+/// `"anomaly":…` before the snapshot's members when the event has one.
 struct Tails<'a> {
     before: Option<(BoundRecord<'a>, &'a Image<'a>)>,
     after: Option<(BoundRecord<'a>, &'a Image<'a>)>,
@@ -276,7 +279,7 @@ struct TailSpans {
 }
 
 impl Tails<'_> {
-    fn write(&self, row: usize, op: Op, out: &mut Vec<u8>) -> TailSpans {
+    fn write(&self, row: usize, op: Op, anomaly: Option<Anomaly>, out: &mut Vec<u8>) -> TailSpans {
         let b = side(self.before.as_ref(), row);
         let a = side(self.after.as_ref(), row);
         out.extend_from_slice(b"\",\"op\":\"");
@@ -305,6 +308,11 @@ impl Tails<'_> {
                 }
                 *span = Some(at..out.len());
             }
+        }
+        if let Some(anomaly) = anomaly {
+            out.extend_from_slice(b",\"anomaly\":\"");
+            out.extend_from_slice(anomaly.as_str().as_bytes());
+            out.push(b'"');
         }
         out.extend_from_slice(&self.meta.tail);
         let [before, after] = images;

@@ -12,7 +12,7 @@ use arrow::datatypes::{Fields, Int8Type};
 use super::json_page::{EventMeta, render_chunk};
 use super::rendered::{self, CHUNK_EVENTS, ChunkKey, RenderedCache, RenderedChunk};
 use super::selection::{OpSet, Selection};
-use crate::change::Op;
+use crate::change::{Anomaly, Op};
 use crate::changelog::key_indexes;
 use crate::changes::json::JsonOptions;
 use crate::changes::writer;
@@ -113,6 +113,8 @@ pub struct EventBatch<'a> {
     pub rows: usize,
     /// Operation codes; `None` in `inserts` segments.
     ops: Option<&'a Int8Array>,
+    /// Anomaly codes; `None` in segments without anomalies.
+    anomalies: Option<&'a Int8Array>,
     pub before: Option<Image<'a>>,
     pub after: Option<Image<'a>>,
 }
@@ -125,13 +127,13 @@ impl<'a> EventBatch<'a> {
         inserts: bool,
     ) -> Result<Self, FeedError> {
         let corrupt = || FeedError::Corrupt(head.segment.path.clone());
-        let (ops, before, after) = if inserts {
+        let (ops, anomalies, before, after) = if inserts {
             let after = Image {
                 columns: batch.columns(),
                 fields: batch.schema_ref().fields(),
                 present: None,
             };
-            (None, None, Some(after))
+            (None, None, None, Some(after))
         } else {
             let column = |name| batch.column_by_name(name).ok_or_else(corrupt);
             let image = |name| -> Result<Image<'a>, FeedError> {
@@ -145,8 +147,13 @@ impl<'a> EventBatch<'a> {
             let ops = column(writer::OP)?
                 .as_primitive_opt::<Int8Type>()
                 .ok_or_else(corrupt)?;
+            let anomalies = match batch.column_by_name(writer::ANOMALY) {
+                Some(c) => Some(c.as_primitive_opt::<Int8Type>().ok_or_else(corrupt)?),
+                None => None,
+            };
             (
                 Some(ops),
+                anomalies,
                 Some(image(writer::BEFORE)?),
                 Some(image(writer::AFTER)?),
             )
@@ -161,6 +168,7 @@ impl<'a> EventBatch<'a> {
             first,
             rows: batch.num_rows(),
             ops,
+            anomalies,
             before,
             after,
         })
@@ -172,6 +180,16 @@ impl<'a> EventBatch<'a> {
             None => Ok(Op::Insert),
             Some(ops) => Op::from_code(ops.value(row))
                 .ok_or_else(|| FeedError::Corrupt(self.segment.path.clone())),
+        }
+    }
+
+    /// What is anomalous about the event in row `row`, if anything.
+    pub fn anomaly(&self, row: usize) -> Result<Option<Anomaly>, FeedError> {
+        match self.anomalies {
+            Some(codes) if codes.is_valid(row) => Anomaly::from_code(codes.value(row))
+                .map(Some)
+                .ok_or_else(|| FeedError::Corrupt(self.segment.path.clone())),
+            _ => Ok(None),
         }
     }
 

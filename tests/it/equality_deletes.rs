@@ -23,7 +23,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::diffing::change;
-use crate::support::{Node, id_json, id64, image, wait_until};
+use crate::support::{Node, fresh_database, id_json, id64, image, test_settings, wait_until};
 
 // ---------------------------------------------------------------------------------------
 // The cases
@@ -1069,13 +1069,20 @@ fn java_scans_agree_with_the_matrix() {
 /// icefeed, registered on the case's table from the earliest snapshot, publishes the
 /// expected events for its last snapshot.
 async fn icefeed_publishes(id: &str) {
+    let store = tempfile::tempdir().unwrap();
+    let settings = test_settings(&fresh_database().await, store.path());
+    icefeed_publishes_on(id, settings).await;
+}
+
+/// [`icefeed_publishes`] on a node of `settings`.
+async fn icefeed_publishes_on(id: &str, settings: icefeed::config::Settings) {
     let fixtures = fixtures();
     let cases = cases();
     let case = cases.iter().find(|c| c.id == id).unwrap();
     let built = &fixtures.built[case.id];
     let last = *built.snapshots.last().unwrap();
 
-    let (node, _store) = Node::start_fresh().await;
+    let node = Node::start(settings).await;
     let table_name = format!("eq.{}", case.table);
     let mut body = registration(fixtures.warehouse.path(), &table_name, Some("earliest"));
     if let Some(columns) = &case.identifier_columns {
@@ -1115,6 +1122,24 @@ async fn icefeed_publishes(id: &str) {
         })
         .collect();
     have.sort();
+    let anomalies: Vec<&Value> = events
+        .iter()
+        .filter(|e| e.get("anomaly").is_some())
+        .collect();
+    let resurrected: Vec<&Value> = anomalies
+        .iter()
+        .copied()
+        .filter(|e| {
+            e["anomaly"] == "resurrected"
+                && e["op"] == "insert"
+                && id64(&e["snapshot_id"]) == Some(last)
+        })
+        .collect();
+    assert_eq!(
+        (anomalies.len(), resurrected.len() as i64),
+        (resurrected.len(), case.resurrected),
+        "{id}: only the last snapshot's regained rows are flagged, as inserts: {anomalies:#?}"
+    );
     assert_eq!(
         have,
         expected(case),
@@ -1131,6 +1156,16 @@ async fn icefeed_publishes(id: &str) {
         "{id}: {newest}"
     );
     node.shutdown().await;
+}
+
+/// M9 on a node whose map tasks may hold only 4 KB: regained rows keep their flag through
+/// spill partitions too.
+#[tokio::test]
+async fn m9_regained_rows_are_flagged_when_map_tasks_spill() {
+    let store = tempfile::tempdir().unwrap();
+    let mut settings = test_settings(&fresh_database().await, store.path());
+    settings.scheduler.map_memory_bytes = 4096;
+    icefeed_publishes_on("M9", settings).await;
 }
 
 macro_rules! icefeed_cases {

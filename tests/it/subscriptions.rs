@@ -576,6 +576,7 @@ async fn pyarrow_reads_arrow_pages_equal_to_json_pages() {
                 let mut row = e[image].clone();
                 row["_change_type"] = change.into();
                 row["_commit_snapshot_id"] = id64(&e["snapshot_id"]).into();
+                row["_anomaly"] = e.get("anomaly").cloned().unwrap_or(Value::Null);
                 expected.push(row);
             };
             match e["op"].as_str().unwrap() {

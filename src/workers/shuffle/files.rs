@@ -1,7 +1,8 @@
 //! Shuffle files: rows grouped by partition, each partition an Arrow IPC stream at a
 //! byte range recorded in a [`BucketFile`], so a reader fetches only its partitions. Map
 //! outputs (partition = key bucket) and spill runs (partition = whole-row hash) share
-//! the format. Rows carry `_side` (0 = deleted, 1 = inserted) before the table's columns.
+//! the format. Rows carry `_side` ([`DELETED`], [`INSERTED`] or [`REGAINED`]) before the
+//! table's columns.
 
 use std::io::Cursor;
 use std::sync::Arc;
@@ -22,6 +23,13 @@ use crate::workers::tasks::TaskError;
 /// Column telling which side of the rewrite a shuffled row is on.
 const SIDE: &str = "_side";
 
+/// `_side` of a removed row.
+pub const DELETED: i8 = 0;
+/// `_side` of an added row.
+pub const INSERTED: i8 = 1;
+/// `_side` of an added row that a data file regained (see `Survivors::regained`).
+pub const REGAINED: i8 = 2;
+
 /// `_side` followed by the table's columns.
 pub fn shuffled_schema(schema: &SchemaRef) -> SchemaRef {
     let mut fields = vec![Field::new(SIDE, DataType::Int8, false)];
@@ -35,13 +43,22 @@ pub fn with_side(
     batch: &RecordBatch,
     side: i8,
 ) -> Result<RecordBatch, ArrowError> {
-    let mut columns: Vec<ArrayRef> = vec![Arc::new(Int8Array::from(vec![side; batch.num_rows()]))];
+    with_sides(shuffled, batch, vec![side; batch.num_rows()])
+}
+
+/// `batch` (in the table's schema) with `_side` of row `i` set to `sides[i]`.
+pub fn with_sides(
+    shuffled: &SchemaRef,
+    batch: &RecordBatch,
+    sides: Vec<i8>,
+) -> Result<RecordBatch, ArrowError> {
+    let mut columns: Vec<ArrayRef> = vec![Arc::new(Int8Array::from(sides))];
     columns.extend(batch.columns().iter().cloned());
     RecordBatch::try_new(shuffled.clone(), columns)
 }
 
-/// The deleted and inserted rows of a shuffled batch, in the table's `schema`.
-pub fn split_sides(schema: &SchemaRef, batch: &RecordBatch) -> Result<[RecordBatch; 2], TaskError> {
+/// The deleted, inserted and regained rows of a shuffled batch, in the table's `schema`.
+pub fn split_sides(schema: &SchemaRef, batch: &RecordBatch) -> Result<[RecordBatch; 3], TaskError> {
     let side = batch
         .column_by_name(SIDE)
         .and_then(|c| c.as_primitive_opt::<Int8Type>())
@@ -51,8 +68,9 @@ pub fn split_sides(schema: &SchemaRef, batch: &RecordBatch) -> Result<[RecordBat
         RecordBatch::try_new(schema.clone(), rows.columns()[1..].to_vec())
     };
     Ok([
-        pick(0).map_err(TaskError::compute)?,
-        pick(1).map_err(TaskError::compute)?,
+        pick(DELETED).map_err(TaskError::compute)?,
+        pick(INSERTED).map_err(TaskError::compute)?,
+        pick(REGAINED).map_err(TaskError::compute)?,
     ])
 }
 
@@ -217,10 +235,10 @@ mod tests {
             with_side(&shuffled, &plain.unwrap(), side).unwrap()
         };
         let mut out = Partitioned::new(3);
-        out.push(batch(vec![1, 2, 3], 0), &[2, 0, 2]);
-        out.push(batch(vec![4, 5], 1), &[0, 2]);
+        out.push(batch(vec![1, 2, 3], DELETED), &[2, 0, 2]);
+        out.push(batch(vec![4, 5], INSERTED), &[0, 2]);
         out.flush(&changes, |n| format!("f{n}")).await.unwrap();
-        out.push(batch(vec![6], 1), &[1]);
+        out.push(batch(vec![6], REGAINED), &[1]);
         out.flush(&changes, |n| format!("f{n}")).await.unwrap();
         let got: Vec<(u32, i64, &str)> = out
             .written
@@ -237,8 +255,11 @@ mod tests {
         assert_eq!(read(out.written.clone()).await, vec![2, 4, 1, 3, 5, 6]);
 
         let all = read_parts(&changes, &out.written).await.unwrap();
-        let [deleted, inserted] = split_sides(&schema, &all[1]).unwrap();
+        let [deleted, inserted, regained] = split_sides(&schema, &all[1]).unwrap();
         assert_eq!((ids_of(&deleted), ids_of(&inserted)), (vec![1, 3], vec![5]));
+        assert!(ids_of(&regained).is_empty());
+        let [_, inserted, regained] = split_sides(&schema, &all[2]).unwrap();
+        assert_eq!((ids_of(&inserted), ids_of(&regained)), (vec![], vec![6]));
     }
 
     fn ids_of(batch: &RecordBatch) -> Vec<i64> {

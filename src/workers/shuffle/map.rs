@@ -8,7 +8,7 @@ use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
 
-use super::files::{Partitioned, shuffled_schema, with_side};
+use super::files::{DELETED, INSERTED, Partitioned, REGAINED, shuffled_schema, with_sides};
 use super::{MapResult, MapTask, estimated_memory, spill};
 use crate::change::Survivors;
 use crate::changelog::DeleteCache;
@@ -37,9 +37,15 @@ pub async fn run_map(
             .filter(|(file, _)| file.regains_rows())
             .flat_map(|(_, batches)| batches.iter().map(|b| b.num_rows() as i64))
             .sum::<i64>();
-        for (removed, added) in map.split_groups(removed, added) {
-            let (removed, added) = (removed.concat(), added.concat());
-            out.push(cancel(&schema, removed, added).await?).await?;
+        let added = map.added.iter().map(|f| f.regains_rows()).zip(added);
+        for (removed, added) in map.split_groups(removed, added.collect()) {
+            let (mut batches, mut regained) = (Vec::new(), Vec::new());
+            for (regains, file) in added {
+                regained.extend(std::iter::repeat_n(regains, file.len()));
+                batches.extend(file);
+            }
+            out.push(cancel(&schema, removed.concat(), batches, regained).await?)
+                .await?;
         }
         0
     } else {
@@ -52,13 +58,15 @@ pub async fn run_map(
 }
 
 /// Cancels carryover off the async workers: it is CPU work on up to a budget of rows.
+/// `regained[b]`: whether added batch `b` holds rows a data file regained.
 pub(super) async fn cancel(
     schema: &SchemaRef,
     removed: Vec<RecordBatch>,
     added: Vec<RecordBatch>,
+    regained: Vec<bool>,
 ) -> Result<Survivors, TaskError> {
     let schema = schema.clone();
-    tokio::task::spawn_blocking(move || cancel_carryover(&schema, &removed, &added))
+    tokio::task::spawn_blocking(move || cancel_carryover(&schema, &removed, &added, &regained))
         .await
         .map_err(TaskError::joined)?
         .map_err(TaskError::compute)
@@ -120,7 +128,7 @@ impl<'a> Buckets<'a> {
     pub(super) async fn push(&mut self, survivors: Survivors) -> Result<(), TaskError> {
         self.deleted += survivors.deleted.num_rows() as i64;
         self.inserted += survivors.inserted.num_rows() as i64;
-        for (side, batch) in [(0, &survivors.deleted), (1, &survivors.inserted)] {
+        for (deleted, batch) in [(true, &survivors.deleted), (false, &survivors.inserted)] {
             if batch.num_rows() == 0 {
                 continue;
             }
@@ -137,7 +145,13 @@ impl<'a> Buckets<'a> {
                 .iter()
                 .map(|row| (fnv1a(row.as_ref()) % self.buckets as u64) as u32)
                 .collect();
-            let batch = with_side(&self.shuffled, batch, side).map_err(TaskError::compute)?;
+            let mut sides = vec![if deleted { DELETED } else { INSERTED }; batch.num_rows()];
+            if !deleted {
+                for &i in &survivors.regained {
+                    sides[i as usize] = REGAINED;
+                }
+            }
+            let batch = with_sides(&self.shuffled, batch, sides).map_err(TaskError::compute)?;
             self.held.push(batch, &buckets);
         }
         if self.held.held_bytes() >= self.flush_bytes {

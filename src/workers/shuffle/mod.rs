@@ -47,7 +47,7 @@ pub struct MapTask {
 impl MapTask {
     /// The files' contents (one item per file, in file order) split into the task's
     /// partition groups: (removed, added) per group.
-    pub fn split_groups<T>(&self, removed: Vec<T>, added: Vec<T>) -> Vec<(Vec<T>, Vec<T>)> {
+    pub fn split_groups<R, A>(&self, removed: Vec<R>, added: Vec<A>) -> Vec<(Vec<R>, Vec<A>)> {
         let counted: (usize, usize) = self
             .groups
             .iter()

@@ -20,15 +20,21 @@ pub async fn run_reduce(
 ) -> Result<ReduceResult, TaskError> {
     let opened = ctx.open(task.table_id, reduce.schema_id).await?;
     let schema = opened.read.batch_schema();
-    let (mut deleted, mut inserted) = (Vec::new(), Vec::new());
+    let (mut deleted, mut inserted, mut regained) = (Vec::new(), Vec::new(), Vec::new());
     for batch in read_parts(&ctx.changes, &reduce.inputs).await? {
-        let [d, i] = split_sides(&schema, &batch)?;
+        let [d, i, r] = split_sides(&schema, &batch)?;
         deleted.push(d);
         inserted.push(i);
+        regained.push(r);
     }
+    // Regained rows follow the others; pairing orders changes by key, not by row.
+    let gained: usize = inserted.iter().map(|b| b.num_rows()).sum();
+    let all: usize = gained + regained.iter().map(|b| b.num_rows()).sum::<usize>();
+    inserted.extend(regained);
     let survivors = Survivors {
         deleted: concat_batches(&schema, &deleted).map_err(TaskError::compute)?,
         inserted: concat_batches(&schema, &inserted).map_err(TaskError::compute)?,
+        regained: (gained as u32..all as u32).collect(),
     };
     let changes = pair(&survivors, &reduce.key).map_err(|e| match e {
         PairError::DuplicateKey(d) => {

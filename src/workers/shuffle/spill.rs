@@ -12,7 +12,9 @@ use arrow::error::ArrowError;
 use arrow::row::RowConverter;
 use futures::TryStreamExt;
 
-use super::files::{Partitioned, read_parts, shuffled_schema, split_sides, with_side};
+use super::files::{
+    DELETED, INSERTED, Partitioned, REGAINED, read_parts, shuffled_schema, split_sides, with_side,
+};
 use super::map::{Buckets, cancel};
 use super::{BucketFile, MapTask, estimated_memory};
 use crate::changelog::DeleteCache;
@@ -45,13 +47,18 @@ pub(super) async fn cancel_spilled(
     };
     let mut runs = Partitioned::new(partitions);
     let deletes = DeleteCache::default();
-    for (side, files) in [(0, &map.removed), (1, &map.added)] {
+    for (removed, files) in [(true, &map.removed), (false, &map.added)] {
         for rows in files {
+            let side = match (removed, rows.regains_rows()) {
+                (true, _) => DELETED,
+                (false, false) => INSERTED,
+                (false, true) => REGAINED,
+            };
             let mut batches = stream_data_file(&opened.file_io, rows, &opened.read, &deletes)
                 .await
                 .map_err(TaskError::reading)?;
             while let Some(batch) = batches.try_next().await.map_err(TaskError::reading)? {
-                if side == 1 && rows.regains_rows() {
+                if side == REGAINED {
                     out.resurrected += batch.num_rows() as i64;
                 }
                 let of =
@@ -71,13 +78,15 @@ pub(super) async fn cancel_spilled(
         by_partition[part.bucket as usize].push(part.clone());
     }
     for parts in by_partition.iter().filter(|p| !p.is_empty()) {
-        let (mut removed, mut added) = (Vec::new(), Vec::new());
+        let (mut removed, mut added, mut regained) = (Vec::new(), Vec::new(), Vec::new());
         for batch in read_parts(&ctx.changes, parts).await? {
-            let [deleted, inserted] = split_sides(&schema, &batch)?;
+            let [deleted, inserted, regains] = split_sides(&schema, &batch)?;
             removed.push(deleted);
-            added.push(inserted);
+            added.extend([inserted, regains]);
+            regained.extend([false, true]);
         }
-        out.push(cancel(&schema, removed, added).await?).await?;
+        out.push(cancel(&schema, removed, added, regained).await?)
+            .await?;
     }
     // What a failure leaves behind goes with the snapshot's shuffle files.
     let files: BTreeSet<&str> = runs.written.iter().map(|p| p.path.as_str()).collect();
@@ -185,7 +194,7 @@ mod tests {
             vec![batch(&removed[..150]), batch(&removed[150..])],
             vec![batch(&added)],
         );
-        let whole = cancel_carryover(&schema(), &removed, &added).unwrap();
+        let whole = cancel_carryover(&schema(), &removed, &added, &[]).unwrap();
 
         let converter = whole_row_converter(&schema()).unwrap();
         let split = |batches: &[RecordBatch]| -> Vec<Vec<(usize, usize)>> {
@@ -207,6 +216,7 @@ mod tests {
                 &schema(),
                 &[gather(&schema(), &removed, &r).unwrap()],
                 &[gather(&schema(), &added, &a).unwrap()],
+                &[],
             )
             .unwrap();
             for (k, n) in counted(&part.deleted) {
