@@ -2,7 +2,10 @@
 //! carryover, and those rows. The vocabulary that planning, the shuffle, segments,
 //! delivery and push share; depends on nothing in the crate.
 
-use arrow::array::RecordBatch;
+use std::collections::HashMap;
+
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema};
 
 /// What a change row is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -103,4 +106,52 @@ impl Survivors {
             .is_ok()
             .then_some(Anomaly::Resurrected)
     }
+}
+
+/// The lineage a data file gives rows that do not carry their own (Iceberg v3): row
+/// `pos` has id `first_row_id + pos` and was last updated at the file's data sequence
+/// number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct FileLineage {
+    /// `None` for a file written before the table became v3: its rows have no lineage.
+    pub first_row_id: Option<u64>,
+    /// The file's data sequence number.
+    pub sequence_number: i64,
+}
+
+/// A row's id (Iceberg v3 row lineage): batches of a v3 table's rows carry it, and
+/// [`LAST_UPDATED`], after the table's columns ([`lineage_fields`]).
+pub const ROW_ID: &str = "_row_id";
+/// The sequence number of the snapshot that last added or updated the row.
+pub const LAST_UPDATED: &str = "_last_updated_sequence_number";
+/// Iceberg's reserved field ids of the two, under which writers materialize them.
+pub const ROW_ID_FIELD_ID: i32 = 2147483540;
+pub const LAST_UPDATED_FIELD_ID: i32 = 2147483539;
+/// Field metadata marking a lineage column: a table column of the same name is not one.
+const LINEAGE_MARK: &str = "icefeed:row-lineage";
+
+/// The lineage columns that follow a v3 table's columns in a batch of its rows.
+pub fn lineage_fields() -> [Field; 2] {
+    let mark = HashMap::from([(LINEAGE_MARK.to_string(), "true".to_string())]);
+    [ROW_ID, LAST_UPDATED]
+        .map(|name| Field::new(name, DataType::Int64, true).with_metadata(mark.clone()))
+}
+
+/// How many leading columns of `schema` are the table's: all but the lineage columns.
+pub fn table_width(schema: &Schema) -> usize {
+    schema
+        .fields()
+        .iter()
+        .take_while(|f| !f.metadata().contains_key(LINEAGE_MARK))
+        .count()
+}
+
+/// Whether batches of `schema` carry row lineage.
+pub fn has_lineage(schema: &Schema) -> bool {
+    table_width(schema) < schema.fields().len()
+}
+
+/// The table's columns of a batch of rows (without lineage).
+pub fn table_columns(batch: &RecordBatch) -> &[ArrayRef] {
+    &batch.columns()[..table_width(batch.schema_ref())]
 }

@@ -74,6 +74,12 @@ pub struct ChangeEvent {
     /// The row after the change (inserts and updates).
     #[schema(value_type = Option<Object>)]
     pub after: Option<serde_json::Value>,
+    /// Row lineage, on events of tables of format version 3: each side's row id and
+    /// the sequence number of its last update, as Iceberg's `_row_id` and
+    /// `_last_updated_sequence_number` read them in the parent (`before`) and in the
+    /// snapshot (`after`).
+    #[schema(value_type = Option<EventLineage>)]
+    pub lineage: Option<serde_json::Value>,
     /// Present only on a change no valid commit produces (see `EventAnomaly`): the
     /// change set still matches the table, but a writer or a metadata edit did
     /// something to look into.
@@ -88,6 +94,25 @@ pub struct ChangeEvent {
     pub committed_at: String,
     /// The Iceberg schema the rows are read with (`GET /v1/tables/{id}/schemas/{schema_id}`).
     pub schema_id: i32,
+}
+
+/// The row lineage of an event's sides (tables of format version 3).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct EventLineage {
+    /// Lineage of `before`, on updates and deletes.
+    pub before: Option<RowLineage>,
+    /// Lineage of `after`, on inserts and updates.
+    pub after: Option<RowLineage>,
+}
+
+/// One row's lineage: null where unknown (rows written before the table became v3).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RowLineage {
+    /// The row's id: an update in place keeps it (Spark's UPDATE and MERGE); an
+    /// equality-delete upsert does not.
+    pub row_id: Option<Int64>,
+    /// The sequence number of the snapshot that last added or updated the row.
+    pub last_updated_sequence_number: Option<Int64>,
 }
 
 /// A page of events.
@@ -106,8 +131,9 @@ pub struct ChangePage {
 /// Formats: JSON (default), NDJSON (`Accept: application/x-ndjson`) and an Arrow IPC
 /// stream (`Accept: application/vnd.apache.arrow.stream`) whose rows are the table's
 /// columns plus `_change_type` (INSERT, DELETE, UPDATE_BEFORE, UPDATE_AFTER),
-/// `_change_ordinal`, `_commit_snapshot_id` and `_anomaly` (the event's `anomaly`, null
-/// for most); `format` overrides `Accept`. NDJSON and
+/// `_change_ordinal`, `_commit_snapshot_id`, `_row_id` and `_last_updated_sequence_number`
+/// (row lineage, v3 tables) and `_anomaly` (the event's `anomaly`, null for most);
+/// `format` overrides `Accept`. NDJSON and
 /// Arrow pages carry the next cursor and whether more events are available in the
 /// `Icefeed-Next-Cursor` and `Icefeed-More` headers. An Arrow page holds events of one
 /// schema; a schema change ends the page early.

@@ -10,14 +10,14 @@ use std::collections::hash_map::Entry;
 
 use std::hash::BuildHasher;
 
-use arrow::array::RecordBatch;
+use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::compute::interleave_record_batch;
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{Int64Type, SchemaRef};
 use arrow::error::ArrowError;
 use arrow::row::{RowConverter, Rows, SortField};
 use foldhash::fast::FixedState;
 
-use crate::change::{ChangeRow, Op, Survivors};
+use crate::change::{ChangeRow, Op, Survivors, has_lineage, table_columns, table_width};
 
 /// Cancels rows that appear identically in `removed` and `added` (a multiset difference).
 /// Survivors keep their input order. Only the removed side's rows are held in the row
@@ -32,7 +32,7 @@ pub fn cancel_carryover(
     let converter = whole_row_converter(schema)?;
     let removed_rows = removed
         .iter()
-        .map(|b| converter.convert_columns(b.columns()))
+        .map(|b| converter.convert_columns(table_columns(b)))
         .collect::<Result<Vec<_>, _>>()?;
     // Removed rows by hash; rows sharing a hash are chained through `next`, so the index
     // costs no allocation per row.
@@ -55,7 +55,7 @@ pub fn cancel_carryover(
     let mut inserted = Vec::new();
     let mut regained_rows = Vec::new();
     for (b, batch) in added.iter().enumerate() {
-        let rows = converter.convert_columns(batch.columns())?;
+        let rows = converter.convert_columns(table_columns(batch))?;
         let batch_regained = regained.get(b).copied().unwrap_or(false);
         for (r, row) in rows.iter().enumerate() {
             let hash = row_hash(row.as_ref());
@@ -108,10 +108,11 @@ pub fn gather(
     interleave_record_batch(&batches, rows)
 }
 
-/// A converter of whole rows to the row format, in which identical rows are identical
+/// A converter of whole rows (the table's columns, without lineage: a row copied by a
+/// rewrite may get a new id) to the row format, in which identical rows are identical
 /// bytes.
 pub fn whole_row_converter(schema: &SchemaRef) -> Result<RowConverter, ArrowError> {
-    converter_for(schema, &(0..schema.fields().len()).collect::<Vec<_>>())
+    converter_for(schema, &(0..table_width(schema)).collect::<Vec<_>>())
 }
 
 /// Hash of a row in the row format: equal rows hash alike.
@@ -132,12 +133,13 @@ pub struct DuplicateKey {
 }
 
 /// Pairs surviving deletes and inserts by the columns at `key`: same key on both sides
-/// is an update. Without key columns nothing pairs. The order is deterministic (by key,
-/// or by whole row without keys), so every node produces the same change set.
+/// is an update. Without key columns, rows with lineage pair by row id (a v3 writer keeps
+/// the id of a row it updates) and others do not pair. The order is deterministic (by
+/// key, or by whole row without keys), so every node produces the same change set.
 pub fn pair(survivors: &Survivors, key: &[usize]) -> Result<Vec<ChangeRow>, PairError> {
     let schema = survivors.deleted.schema();
     let columns: Vec<usize> = if key.is_empty() {
-        (0..schema.fields().len()).collect()
+        (0..table_width(&schema)).collect()
     } else {
         key.to_vec()
     };
@@ -152,24 +154,23 @@ pub fn pair(survivors: &Survivors, key: &[usize]) -> Result<Vec<ChangeRow>, Pair
     let inserted = converter.convert_columns(&project(&survivors.inserted))?;
 
     if key.is_empty() {
-        let mut changes: Vec<(Vec<u8>, ChangeRow)> = Vec::new();
-        for (i, row) in deleted.iter().enumerate() {
-            let change = ChangeRow {
-                op: Op::Delete,
-                before: Some(i as u32),
-                after: None,
-            };
-            changes.push((row.as_ref().to_vec(), change));
-        }
-        for (i, row) in inserted.iter().enumerate() {
-            let change = ChangeRow {
-                op: Op::Insert,
-                before: None,
-                after: Some(i as u32),
-            };
-            changes.push((row.as_ref().to_vec(), change));
-        }
-        changes.sort_by(|a, b| (a.1.op == Op::Insert, &a.0).cmp(&(b.1.op == Op::Insert, &b.0)));
+        let mut changes: Vec<(Vec<u8>, ChangeRow)> = by_row_id(survivors)
+            .into_iter()
+            .map(|c| {
+                let row = match c.before {
+                    Some(b) => deleted.row(b as usize),
+                    None => inserted.row(c.after.expect("a change has a side") as usize),
+                };
+                (row.as_ref().to_vec(), c)
+            })
+            .collect();
+        // Deletes come before updates and inserts (as they did before lineage paired any).
+        let rank = |op: Op| match op {
+            Op::Delete => 0,
+            Op::Update => 1,
+            Op::Insert => 2,
+        };
+        changes.sort_by(|a, b| (rank(a.1.op), &a.0).cmp(&(rank(b.1.op), &b.0)));
         return Ok(changes.into_iter().map(|(_, c)| c).collect());
     }
 
@@ -194,6 +195,56 @@ pub fn pair(survivors: &Survivors, key: &[usize]) -> Result<Vec<ChangeRow>, Pair
             }
         })
         .collect())
+}
+
+/// The changes of rows without a key: a delete and an insert with the same row id
+/// (lineage) are an update, every other row a delete or an insert of its own.
+fn by_row_id(survivors: &Survivors) -> Vec<ChangeRow> {
+    let ids = |batch: &RecordBatch| {
+        has_lineage(batch.schema_ref()).then(|| {
+            let ids = batch.column(table_width(batch.schema_ref()));
+            ids.as_primitive::<Int64Type>().clone()
+        })
+    };
+    let mut before: HashMap<i64, u32> = HashMap::new();
+    if let Some(ids) = ids(&survivors.deleted) {
+        for (i, id) in ids.iter().enumerate() {
+            // A row id twice on one side is no update of one row: those stay unpaired.
+            if let Some(id) = id {
+                before.entry(id).or_insert(i as u32);
+            }
+        }
+    }
+    let inserted_ids = ids(&survivors.inserted);
+    let mut paired = vec![false; survivors.deleted.num_rows()];
+    let mut changes = Vec::new();
+    for after in 0..survivors.inserted.num_rows() {
+        let id = inserted_ids
+            .as_ref()
+            .and_then(|ids| ids.is_valid(after).then(|| ids.value(after)));
+        let before = id
+            .and_then(|id| before.get(&id).copied())
+            .filter(|&b| !std::mem::replace(&mut paired[b as usize], true));
+        changes.push(ChangeRow {
+            op: if before.is_some() {
+                Op::Update
+            } else {
+                Op::Insert
+            },
+            before,
+            after: Some(after as u32),
+        });
+    }
+    changes.extend(
+        (0..survivors.deleted.num_rows() as u32)
+            .filter(|&b| !paired[b as usize])
+            .map(|b| ChangeRow {
+                op: Op::Delete,
+                before: Some(b),
+                after: None,
+            }),
+    );
+    changes
 }
 
 /// Failures of pairing.
@@ -384,5 +435,57 @@ pub(crate) mod tests {
         );
         assert_eq!(s.anomaly(Some(0)), None);
         assert_eq!(s.anomaly(None), None);
+    }
+
+    /// `(id long, v string)` rows with row lineage `(row id, last updated)`.
+    fn with_lineage(data: &[(i64, &str, Option<i64>)]) -> RecordBatch {
+        let mut fields: Vec<Field> = schema()
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        fields.extend(crate::change::lineage_fields());
+        let plain = rows(&data.iter().map(|r| (r.0, r.1)).collect::<Vec<_>>());
+        let mut columns = plain.columns().to_vec();
+        columns.push(Arc::new(Int64Array::from(
+            data.iter().map(|r| r.2).collect::<Vec<_>>(),
+        )));
+        columns.push(Arc::new(Int64Array::from(vec![Some(1); data.len()])));
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns).unwrap()
+    }
+
+    #[test]
+    fn without_keys_rows_with_lineage_pair_by_row_id() {
+        let removed = with_lineage(&[(1, "a", Some(10)), (2, "b", Some(11)), (3, "c", None)]);
+        let added = with_lineage(&[
+            // (1, a) copied under a new id: carryover all the same.
+            (1, "a", Some(20)),
+            (2, "B", Some(11)),
+            (3, "C", None),
+            (4, "d", Some(12)),
+        ]);
+        let s = cancel_carryover(&removed.schema(), &[removed], &[added], &[]).unwrap();
+        let (d, i) = (ids(&s.deleted), ids(&s.inserted));
+        let got: Vec<_> = pair(&s, &[])
+            .unwrap()
+            .into_iter()
+            .map(|c| {
+                (
+                    c.op,
+                    c.before.map(|b| d[b as usize]),
+                    c.after.map(|a| i[a as usize]),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (Op::Delete, Some(3), None),
+                (Op::Update, Some(2), Some(2)),
+                (Op::Insert, None, Some(3)),
+                (Op::Insert, None, Some(4)),
+            ],
+            "a row without an id stays a delete and an insert"
+        );
     }
 }

@@ -8,6 +8,8 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::FileLineage;
+
 /// A delete file as a reader of a data file needs it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -55,6 +57,8 @@ pub struct DataEntry {
     pub scope: Scope,
     /// Data sequence number.
     pub sequence: i64,
+    /// Where its rows get their lineage (v3).
+    pub lineage: Option<FileLineage>,
 }
 
 /// A live delete file of a table state.
@@ -203,6 +207,7 @@ mod tests {
             size: 100,
             scope: scope(partition),
             sequence,
+            lineage: None,
         }
     }
 

@@ -6,6 +6,7 @@ mod deleted;
 pub mod deletes;
 mod lineage;
 pub mod read;
+mod row_ids;
 mod state;
 mod summary;
 mod vector;
@@ -17,9 +18,12 @@ use iceberg::spec::{
 use iceberg::table::Table;
 use serde::{Deserialize, Serialize};
 
+pub use crate::change::FileLineage;
 pub use deleted::{DataFileRef, DeleteCache};
 pub use deletes::DeleteRef;
 pub use lineage::{LineageError, Pending, Reset, pending_snapshots};
+pub use row_ids::inherit_lineage;
+use row_ids::{FirstRowIds, tracks_lineage};
 
 /// Rows of one data file that a change set reads: the rows no delete of `deletes`
 /// removes (all of them when there are none) and, with `only_deleted_by`, only those
@@ -42,6 +46,9 @@ pub struct FileRows {
     pub deletes: Vec<DeleteRef>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub only_deleted_by: Option<Vec<DeleteRef>>,
+    /// Where rows get their lineage, for tables of format version 3 and later.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lineage: Option<FileLineage>,
 }
 
 impl FileRows {
@@ -54,6 +61,7 @@ impl FileRows {
             group,
             deletes: Vec::new(),
             only_deleted_by: None,
+            lineage: None,
         }
     }
 
@@ -110,6 +118,7 @@ pub async fn plan_snapshot(
     if has_deletes(&list) {
         return state::plan_with_deletes(table, snapshot, &list).await;
     }
+    let tracked = tracks_lineage(table.metadata());
     let mut added = Vec::new();
     let mut removed = Vec::new();
     for manifest in list.entries() {
@@ -123,12 +132,14 @@ pub async fn plan_snapshot(
             continue;
         }
         let entries = load_manifest(table, manifest, id).await?;
+        let mut row_ids = FirstRowIds::of(manifest, tracked);
         for entry in entries.entries() {
+            let lineage = row_ids.lineage(entry);
             if entry.snapshot_id() != Some(id) || entry.status() == ManifestStatus::Existing {
                 continue;
             }
             let group = group(manifest.partition_spec_id, entry.data_file().partition());
-            let file = match data_file_rows(entry, group) {
+            let file = match data_file_rows(entry, group, lineage) {
                 Ok(file) => file,
                 Err(reason) => return Ok(SnapshotPlan::Unsupported(reason)),
             };
@@ -169,11 +180,17 @@ pub async fn plan_export(table: &Table, snapshot: &SnapshotRef) -> Result<Snapsh
     if has_deletes(&list) {
         return state::plan_export_with_deletes(table, snapshot, &list).await;
     }
+    let tracked = tracks_lineage(table.metadata());
     let mut files = Vec::new();
     for manifest in list.entries() {
         let entries = load_manifest(table, manifest, snapshot.snapshot_id()).await?;
-        for entry in entries.entries().iter().filter(|e| e.is_alive()) {
-            match data_file_rows(entry, String::new()) {
+        let mut row_ids = FirstRowIds::of(manifest, tracked);
+        for entry in entries.entries() {
+            let lineage = row_ids.lineage(entry);
+            if !entry.is_alive() {
+                continue;
+            }
+            match data_file_rows(entry, String::new(), lineage) {
                 Ok(file) => files.push(file),
                 Err(reason) => return Ok(SnapshotPlan::Unsupported(reason)),
             }
@@ -207,16 +224,23 @@ async fn load_manifest(
 }
 
 /// All rows of a manifest entry's data file, or why icefeed cannot read them.
-fn data_file_rows(entry: &ManifestEntry, group: String) -> Result<FileRows, String> {
+fn data_file_rows(
+    entry: &ManifestEntry,
+    group: String,
+    lineage: Option<FileLineage>,
+) -> Result<FileRows, String> {
     if let Some(reason) = unreadable(entry.file_format()) {
         return Err(reason);
     }
-    Ok(FileRows::whole(
-        entry.file_path().to_string(),
-        entry.record_count(),
-        entry.file_size_in_bytes(),
-        group,
-    ))
+    Ok(FileRows {
+        lineage,
+        ..FileRows::whole(
+            entry.file_path().to_string(),
+            entry.record_count(),
+            entry.file_size_in_bytes(),
+            group,
+        )
+    })
 }
 
 /// Whether a snapshot's manifest list has delete manifests: the only place the delete

@@ -15,15 +15,16 @@ use parquet::arrow::arrow_reader::{
 use parquet::file::metadata::PageIndexPolicy;
 use roaring::RoaringTreemap;
 
-use super::FileRows;
 use super::deleted::{DataFileRef, DeleteCache};
+use super::row_ids::inherit_lineage;
+use super::{FileLineage, FileRows};
 use crate::changes::segment::{conform, projection};
 use crate::changes::{ChangeStoreError, ReadSchema};
 
 /// The rows of a data file a read takes.
 enum Selected {
     All,
-    Rows(RowSelection),
+    Rows(RoaringTreemap),
     Nothing,
 }
 
@@ -54,7 +55,7 @@ async fn select(
     Ok(if selected.is_empty() {
         Selected::Nothing
     } else {
-        Selected::Rows(row_selection(&selected, rows.record_count))
+        Selected::Rows(selected)
     })
 }
 
@@ -114,14 +115,44 @@ pub async fn stream_data_file(
     let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(file, metadata)
         .with_projection(mask)
         .with_batch_size(BATCH_ROWS);
-    if let Selected::Rows(selection) = selected {
-        builder = builder.with_row_selection(selection);
+    if let Selected::Rows(positions) = &selected {
+        builder = builder.with_row_selection(row_selection(positions, rows.record_count));
     }
-    let schema = schema.clone();
+    let mut rows_read = RowsRead::new(schema, rows, selected);
     Ok(builder
         .build()?
-        .map(move |batch| conform(&batch?, &schema))
+        .map(move |batch| rows_read.next(&batch?))
         .boxed())
+}
+
+/// Turns batches as the Parquet reader decodes them into rows in the read schema, with
+/// their lineage inherited where the file did not materialize it.
+struct RowsRead {
+    schema: ReadSchema,
+    lineage: Option<FileLineage>,
+    positions: Box<dyn Iterator<Item = u64> + Send>,
+}
+
+impl RowsRead {
+    fn new(schema: &ReadSchema, rows: &FileRows, selected: Selected) -> Self {
+        let positions: Box<dyn Iterator<Item = u64> + Send> = match selected {
+            Selected::Rows(rows) => Box::new(rows.into_iter()),
+            _ => Box::new(0..),
+        };
+        Self {
+            schema: schema.clone(),
+            lineage: rows.lineage.filter(|_| schema.lineage),
+            positions,
+        }
+    }
+
+    fn next(&mut self, batch: &RecordBatch) -> Result<RecordBatch, ChangeStoreError> {
+        let rows = conform(batch, &self.schema)?;
+        Ok(match &self.lineage {
+            Some(file) => inherit_lineage(&rows, file, &mut self.positions)?,
+            None => rows,
+        })
+    }
 }
 
 const BATCH_ROWS: usize = 8192;
@@ -139,7 +170,7 @@ pub async fn read_data_file(
         return Ok(Vec::new());
     }
     let bytes = file_io.new_input(&rows.path)?.read().await?;
-    let schema = schema.clone();
+    let (schema, rows) = (schema.clone(), rows.clone());
     // Decoding is CPU work: keep it off the async workers.
     tokio::task::spawn_blocking(move || {
         let metadata = ArrowReaderMetadata::load(&bytes, options(&selected))?;
@@ -147,12 +178,13 @@ pub async fn read_data_file(
         let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(bytes, metadata)
             .with_projection(mask)
             .with_batch_size(BATCH_ROWS);
-        if let Selected::Rows(selection) = selected {
-            builder = builder.with_row_selection(selection);
+        if let Selected::Rows(positions) = &selected {
+            builder = builder.with_row_selection(row_selection(positions, rows.record_count));
         }
         let reader = builder.build()?;
+        let mut rows_read = RowsRead::new(&schema, &rows, selected);
         reader
-            .map(|batch| conform(&batch?, &schema))
+            .map(|batch| rows_read.next(&batch?))
             .collect::<Result<Vec<_>, _>>()
     })
     .await

@@ -18,6 +18,7 @@ use iceberg::spec::{DataContentType, DataFileFormat, ManifestList, ManifestStatu
 use iceberg::table::Table;
 
 use super::deletes::{DataEntry, DeleteEntry, DeleteError, DeleteIndex, DeleteRef, Scope};
+use super::row_ids::{FirstRowIds, tracks_lineage};
 use super::summary::{FileCounts, disagreement};
 use super::{FileRows, PlanError, SnapshotPlan, load_manifest, unreadable};
 
@@ -229,6 +230,7 @@ fn rows(
     FileRows {
         deletes,
         only_deleted_by,
+        lineage: file.lineage,
         ..FileRows::whole(
             file.path.clone(),
             file.record_count,
@@ -247,6 +249,7 @@ async fn load(
 ) -> Result<Result<Entries, String>, PlanError> {
     let id = snapshot.snapshot_id();
     let metadata = table.metadata();
+    let tracked = tracks_lineage(metadata);
     let mut entries = Entries::default();
     for manifest in list.entries() {
         let loaded = load_manifest(table, manifest, id).await?;
@@ -255,7 +258,12 @@ async fn load(
             .partition_spec_by_id(spec_id)
             .is_some_and(|spec| spec.is_unpartitioned());
         let written_here = manifest.added_snapshot_id == id;
+        let mut row_ids = FirstRowIds::of(manifest, tracked);
         for entry in loaded.entries() {
+            // Every data entry counts towards the first row ids of those after it.
+            let lineage = (entry.content_type() == DataContentType::Data)
+                .then(|| row_ids.lineage(entry))
+                .flatten();
             let by_this = written_here && entry.snapshot_id() == Some(id);
             let (added, removed) = match entry.status() {
                 ManifestStatus::Added => (by_this, false),
@@ -280,6 +288,7 @@ async fn load(
                     size: entry.file_size_in_bytes(),
                     scope,
                     sequence,
+                    lineage,
                 };
                 if removed {
                     entries.removed_data.push(data);
@@ -371,6 +380,7 @@ mod tests {
             size: 30,
             scope: scope(),
             sequence,
+            lineage: None,
         }
     }
 

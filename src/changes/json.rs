@@ -185,7 +185,7 @@ impl RecordEncoder {
     /// `fields`: the Iceberg fields, in the same order as `arrow_fields`.
     pub fn try_new(
         fields: &[NestedFieldRef],
-        arrow_fields: &Fields,
+        arrow_fields: &[FieldRef],
         options: &JsonOptions,
     ) -> Result<Self, JsonError> {
         count_check(ROOT, fields.len(), arrow_fields.len())?;

@@ -24,6 +24,7 @@ use roaring::RoaringTreemap;
 
 use super::deleted_rows;
 use super::store::{ChangeStore, ChangeStoreError};
+use crate::change::{LAST_UPDATED_FIELD_ID, ROW_ID_FIELD_ID, lineage_fields};
 
 /// Footers (and deleted rows) kept in memory; a page read then costs only the data it
 /// needs.
@@ -64,6 +65,9 @@ pub struct ReadSchema {
     /// Each column's `initial-default` (v3) as one value of its Arrow type: what a file
     /// written before the column was added reads as (null without one).
     pub defaults: Vec<Option<ArrayRef>>,
+    /// Whether the row lineage columns follow the table's, as the file materialized them
+    /// (null where it did not: see `changelog::row_ids::inherit`).
+    pub lineage: bool,
 }
 
 impl ReadSchema {
@@ -84,7 +88,13 @@ impl ReadSchema {
             field_ids,
             arrow,
             defaults,
+            lineage: false,
         })
+    }
+
+    /// This schema, followed by the row lineage columns if `lineage`.
+    pub fn with_lineage(self, lineage: bool) -> Self {
+        Self { lineage, ..self }
     }
 
     /// `rows` copies of the initial default of field `id`, if it has one.
@@ -99,15 +109,25 @@ impl ReadSchema {
     }
 
     /// The schema of batches [`conform`] produces: the same columns, all nullable and
-    /// without field metadata.
+    /// without field metadata, then the lineage columns if read.
     pub fn batch_schema(&self) -> SchemaRef {
-        let fields: Vec<Field> = self
+        let mut fields: Vec<Field> = self
             .arrow
             .fields()
             .iter()
             .map(|f| Field::new(f.name(), f.data_type().clone(), true))
             .collect();
+        if self.lineage {
+            fields.extend(lineage_fields());
+        }
         Arc::new(ArrowSchema::new(fields))
+    }
+
+    /// The field ids read from files, lineage included.
+    fn read_field_ids(&self) -> impl Iterator<Item = i32> + '_ {
+        let lineage = [ROW_ID_FIELD_ID, LAST_UPDATED_FIELD_ID];
+        let lineage = if self.lineage { &lineage[..] } else { &[] };
+        self.field_ids.iter().copied().chain(lineage.to_vec())
     }
 }
 
@@ -240,6 +260,31 @@ impl SegmentReader {
         }
     }
 
+    /// The positions in its file of events `offset .. offset + count` of an `inserts`
+    /// segment (a copied data file, some of whose rows may not be events).
+    pub async fn positions(
+        &self,
+        segment: SegmentFile<'_>,
+        offset: usize,
+        count: usize,
+    ) -> Result<Vec<u64>, ChangeStoreError> {
+        let (offset, count) = (offset as u64, count as u64);
+        let Some(deleted) = segment.deleted_rows else {
+            return Ok((offset..offset + count).collect());
+        };
+        let deleted = self.deleted_rows(deleted).await?;
+        let (mut row, selectors) = deleted_rows::file_rows(&deleted, offset, count);
+        let mut positions = Vec::with_capacity(count as usize);
+        for selector in selectors {
+            let rows = selector.row_count as u64;
+            if !selector.skip {
+                positions.extend(row..row + rows);
+            }
+            row += rows;
+        }
+        Ok(positions)
+    }
+
     /// The deleted rows stored at `key`, read once per node.
     async fn deleted_rows(&self, key: &str) -> Result<Arc<RoaringTreemap>, ChangeStoreError> {
         if let Some(deleted) = self.deleted.get(key) {
@@ -258,9 +303,8 @@ impl SegmentReader {
 /// The columns of a Parquet file that hold the read schema's fields, by field id.
 pub fn projection(metadata: &ArrowReaderMetadata, schema: &ReadSchema) -> ProjectionMask {
     let roots: Vec<usize> = schema
-        .field_ids
-        .iter()
-        .filter_map(|id| column_of(metadata.schema(), *id))
+        .read_field_ids()
+        .filter_map(|id| column_of(metadata.schema(), id))
         .collect();
     ProjectionMask::roots(metadata.metadata().file_metadata().schema_descr(), roots)
 }
@@ -339,6 +383,19 @@ pub fn conform(batch: &RecordBatch, schema: &ReadSchema) -> Result<RecordBatch, 
         };
         fields.push(Field::new(target.name(), column.data_type().clone(), true));
         columns.push(column);
+    }
+    if schema.lineage {
+        for (field, id) in lineage_fields()
+            .into_iter()
+            .zip([ROW_ID_FIELD_ID, LAST_UPDATED_FIELD_ID])
+        {
+            let column = match column_of(batch.schema_ref(), id) {
+                Some(i) => cast(batch.column(i), &DataType::Int64)?,
+                None => new_null_array(&DataType::Int64, rows),
+            };
+            fields.push(field);
+            columns.push(column);
+        }
     }
     Ok(RecordBatch::try_new(
         Arc::new(ArrowSchema::new(fields)),

@@ -2,7 +2,7 @@
 //! segments. Keys are deterministic (table, snapshot, segment number), so a node that
 //! redoes the work of a node that died overwrites the same objects with the same bytes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
@@ -12,7 +12,7 @@ use iceberg::io::FileIO;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
-use parquet::arrow::ArrowWriter;
+use parquet::arrow::{ArrowWriter, PARQUET_FIELD_ID_META_KEY};
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::{FooterTail, ParquetMetaDataReader};
 use parquet::file::properties::WriterProperties;
@@ -20,6 +20,7 @@ use url::Url;
 
 use super::ReadSchema;
 use super::server_copy::S3Home;
+use crate::change::{LAST_UPDATED_FIELD_ID, ROW_ID_FIELD_ID, lineage_fields};
 use crate::changelog::read::stream_data_file;
 use crate::changelog::{DeleteCache, FileRows};
 use crate::telemetry::metric::INSERT_BYTES_COPIED;
@@ -259,12 +260,22 @@ impl ChangeStore {
     ) -> Result<StoredSegment, ChangeStoreError> {
         use futures::TryStreamExt;
         let mut batches = stream_data_file(file_io, rows, schema, &DeleteCache::default()).await?;
-        let fields: Vec<Field> = schema
+        let mut fields: Vec<Field> = schema
             .arrow
             .fields()
             .iter()
             .map(|f| f.as_ref().clone().with_nullable(true))
             .collect();
+        if schema.lineage {
+            // Under Iceberg's reserved field ids, as writers materialize them.
+            for (field, id) in lineage_fields()
+                .into_iter()
+                .zip([ROW_ID_FIELD_ID, LAST_UPDATED_FIELD_ID])
+            {
+                let id = HashMap::from([(PARQUET_FIELD_ID_META_KEY.to_string(), id.to_string())]);
+                fields.push(field.with_metadata(id));
+            }
+        }
         let written = Arc::new(arrow::datatypes::Schema::new(fields));
         let props = WriterProperties::builder()
             .set_compression(Compression::ZSTD(ZstdLevel::try_new(1)?))

@@ -1,11 +1,12 @@
 //! Writing `changes` segments: Parquet files of `_op` (int8), `_before` and `_after`
-//! (structs of the table's columns; null where a side is absent), in event order, and
-//! `_anomaly` (int8, null for most events) in the segments that have an anomaly.
+//! (structs of the table's columns; null where a side is absent), in event order; the row
+//! lineage of each side (v3 tables) as four int64 columns; and `_anomaly` (int8, null
+//! for most events) in the segments that have an anomaly.
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, Int8Array, RecordBatch, StructArray};
-use arrow::compute::interleave;
+use arrow::array::{Array, ArrayRef, Int8Array, RecordBatch, StructArray, UInt32Array};
+use arrow::compute::{interleave, take};
 use arrow::datatypes::{DataType, Field, Schema};
 use arrow::error::ArrowError;
 use bytes::Bytes;
@@ -14,7 +15,7 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
 use super::ChangeStoreError;
-use crate::change::{Anomaly, ChangeRow, Survivors};
+use crate::change::{Anomaly, ChangeRow, Survivors, table_width};
 
 /// Column names of a `changes` segment.
 pub const OP: &str = "_op";
@@ -24,6 +25,11 @@ pub const BEFORE: &str = "_before";
 pub const AFTER: &str = "_after";
 /// What is anomalous about the change ([`crate::change::Anomaly`]), if anything.
 pub const ANOMALY: &str = "_anomaly";
+/// Row lineage (v3) of the row before the change: its `_row_id` and
+/// `_last_updated_sequence_number`.
+pub const BEFORE_LINEAGE: [&str; 2] = ["_before_row_id", "_before_last_updated"];
+/// Row lineage of the row after the change.
+pub const AFTER_LINEAGE: [&str; 2] = ["_after_row_id", "_after_last_updated"];
 
 /// Events per data page (the limit is checked once per write batch of this many).
 const PAGE_ROWS: usize = 1024;
@@ -42,6 +48,27 @@ pub fn encode_changes(
         Field::new(AFTER, after.data_type().clone(), true),
     ];
     let mut columns: Vec<ArrayRef> = vec![Arc::new(ops), before, after];
+    for (names, rows, pick) in [
+        (
+            BEFORE_LINEAGE,
+            &survivors.deleted,
+            changes.iter().map(|c| c.before).collect::<Vec<_>>(),
+        ),
+        (
+            AFTER_LINEAGE,
+            &survivors.inserted,
+            changes.iter().map(|c| c.after).collect(),
+        ),
+    ] {
+        let width = table_width(rows.schema_ref());
+        if width == rows.num_columns() {
+            continue;
+        }
+        for (name, column) in names.into_iter().zip(&rows.columns()[width..]) {
+            fields.push(Field::new(name, DataType::Int64, true));
+            columns.push(take_or_null(column, &pick)?);
+        }
+    }
     if !survivors.regained.is_empty() {
         let anomalies: Int8Array = changes
             .iter()
@@ -71,12 +98,19 @@ pub fn encode_changes(
     Ok(Bytes::from(out))
 }
 
-/// A struct column taking row `i` of `rows` where `pick` says `Some(i)`, null elsewhere.
+/// Row `i` of `column` where `pick` says `Some(i)`, null elsewhere.
+fn take_or_null(column: &ArrayRef, pick: &[Option<u32>]) -> Result<ArrayRef, ArrowError> {
+    take(column, &UInt32Array::from(pick.to_vec()), None)
+}
+
+/// A struct column of the table's columns, taking row `i` of `rows` where `pick` says
+/// `Some(i)`, null elsewhere.
 fn side(
     rows: &RecordBatch,
     pick: impl Iterator<Item = Option<u32>>,
 ) -> Result<ArrayRef, ArrowError> {
-    let present = StructArray::from(rows.clone());
+    let width = table_width(rows.schema_ref());
+    let present = StructArray::from(rows.project(&(0..width).collect::<Vec<_>>())?);
     let absent = StructArray::new_null(present.fields().clone(), 1);
     let indices: Vec<(usize, usize)> = pick
         .map(|p| match p {

@@ -1,7 +1,8 @@
 //! Rendering events as an Arrow IPC stream: the table's (selected) columns plus Spark's
 //! changelog columns, one row per insert or delete and two per update, so that pyarrow,
 //! polars or Spark code written against `create_changelog_view` reads a page as is; then
-//! `_anomaly`, icefeed's own.
+//! the row lineage of v3 tables (`_row_id`, `_last_updated_sequence_number`; null for
+//! other tables) and `_anomaly`, icefeed's own.
 
 use std::sync::Arc;
 
@@ -11,7 +12,7 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::ipc::writer::StreamWriter;
 
 use super::pull::{EventBatch, EventSink, FeedError};
-use crate::change::{Anomaly, Op};
+use crate::change::{Anomaly, LAST_UPDATED, Op, ROW_ID};
 use crate::changes::ReadSchema;
 use crate::store::{SegmentRecord, TableId};
 
@@ -82,6 +83,8 @@ fn output_schema(mut fields: Vec<Field>) -> SchemaRef {
     fields.push(Field::new(CHANGE_TYPE, DataType::Utf8, false));
     fields.push(Field::new(CHANGE_ORDINAL, DataType::Int64, false));
     fields.push(Field::new(COMMIT_SNAPSHOT_ID, DataType::Int64, false));
+    fields.push(Field::new(ROW_ID, DataType::Int64, true));
+    fields.push(Field::new(LAST_UPDATED, DataType::Int64, true));
     fields.push(Field::new(ANOMALY, DataType::Utf8, true));
     Arc::new(Schema::new(fields))
 }
@@ -163,6 +166,13 @@ impl EventSink for ArrowSink {
             batch.segment.snapshot_id;
             n
         ])));
+        for part in 0..2 {
+            let lineage: Int64Array = picks
+                .iter()
+                .map(|&(side, row)| batch.lineage[side].and_then(|l| l.of(row)[part]))
+                .collect();
+            columns.push(Arc::new(lineage));
+        }
         columns.push(if anomalies.is_empty() {
             new_null_array(&DataType::Utf8, n)
         } else {

@@ -6,7 +6,7 @@ use std::ops::Range;
 use chrono::{DateTime, SecondsFormat, SubsecRound, Utc};
 use iceberg::spec::NestedFieldRef;
 
-use super::pull::{EventBatch, EventSink, FeedError, Image, RenderedSink};
+use super::pull::{EventBatch, EventSink, FeedError, Image, RenderedSink, RowLineage};
 use super::rendered::RenderedChunk;
 use crate::change::{Anomaly, Op};
 use crate::changes::Position;
@@ -252,6 +252,7 @@ impl Encoders {
         Ok(Tails {
             before: bind(self.before.as_ref(), batch.before.as_ref())?,
             after: bind(self.after.as_ref(), batch.after.as_ref())?,
+            lineage: batch.lineage,
             key: batch.key,
             columns: batch.columns,
             whole_rows: batch.whole_rows,
@@ -265,6 +266,7 @@ impl Encoders {
 struct Tails<'a> {
     before: Option<(BoundRecord<'a>, &'a Image<'a>)>,
     after: Option<(BoundRecord<'a>, &'a Image<'a>)>,
+    lineage: [Option<RowLineage<'a>>; 2],
     key: &'a [usize],
     columns: &'a [usize],
     whole_rows: bool,
@@ -309,6 +311,9 @@ impl Tails<'_> {
                 *span = Some(at..out.len());
             }
         }
+        if self.lineage.iter().any(Option::is_some) {
+            write_lineage(&self.lineage, row, [b.is_some(), a.is_some()], out);
+        }
         if let Some(anomaly) = anomaly {
             out.extend_from_slice(b",\"anomaly\":\"");
             out.extend_from_slice(anomaly.as_str().as_bytes());
@@ -317,6 +322,46 @@ impl Tails<'_> {
         out.extend_from_slice(&self.meta.tail);
         let [before, after] = images;
         TailSpans { key, before, after }
+    }
+}
+
+/// Writes `,"lineage":{"before":{"row_id":…,"last_updated_sequence_number":…},"after":…}`
+/// for the sides an event has (`present`: before, after), the numbers as strings.
+fn write_lineage(
+    lineage: &[Option<RowLineage<'_>>; 2],
+    row: usize,
+    present: [bool; 2],
+    out: &mut Vec<u8>,
+) {
+    out.extend_from_slice(b",\"lineage\":{");
+    let mut first = true;
+    for ((name, side), present) in [&b"\"before\":"[..], b"\"after\":"]
+        .into_iter()
+        .zip(lineage)
+        .zip(present)
+    {
+        if !present {
+            continue;
+        }
+        if !std::mem::take(&mut first) {
+            out.push(b',');
+        }
+        out.extend_from_slice(name);
+        let [row_id, last_updated] = side.map_or([None, None], |l| l.of(row));
+        out.extend_from_slice(b"{\"row_id\":");
+        write_int64_string(row_id, out);
+        out.extend_from_slice(b",\"last_updated_sequence_number\":");
+        write_int64_string(last_updated, out);
+        out.push(b'}');
+    }
+    out.push(b'}');
+}
+
+/// A 64-bit integer as a JSON string (see `int64`), or `null`.
+fn write_int64_string(value: Option<i64>, out: &mut Vec<u8>) {
+    match value {
+        Some(v) => write!(out, "\"{v}\"").expect("writing to a Vec"),
+        None => out.extend_from_slice(b"null"),
     }
 }
 

@@ -5,15 +5,15 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use arrow::array::{Array, ArrayRef, AsArray, Int8Array, RecordBatch};
+use arrow::array::{Array, ArrayRef, AsArray, Int8Array, Int64Array, RecordBatch};
 use arrow::buffer::NullBuffer;
-use arrow::datatypes::{Fields, Int8Type};
+use arrow::datatypes::{FieldRef, Int8Type, Int64Type};
 
 use super::json_page::{EventMeta, render_chunk};
 use super::rendered::{self, CHUNK_EVENTS, ChunkKey, RenderedCache, RenderedChunk};
 use super::selection::{OpSet, Selection};
-use crate::change::{Anomaly, Op};
-use crate::changelog::key_indexes;
+use crate::change::{Anomaly, Op, table_width};
+use crate::changelog::{inherit_lineage, key_indexes};
 use crate::changes::json::JsonOptions;
 use crate::changes::writer;
 use crate::changes::{ChangeStoreError, Position, ReadSchema, SegmentFile, SegmentReader};
@@ -77,6 +77,8 @@ pub enum FeedError {
 pub struct SchemaEntry {
     pub schema: iceberg::spec::Schema,
     pub read: ReadSchema,
+    /// `read` with the row lineage columns, for `inserts` segments of v3 tables.
+    with_lineage: ReadSchema,
 }
 
 /// Parsed schemas by (table, schema id); schemas of published change sets never change.
@@ -85,7 +87,7 @@ type SchemaCache = Arc<Mutex<HashMap<(TableId, i32), Arc<SchemaEntry>>>>;
 /// One side (`before` or `after`) of a run of events: the table's columns.
 pub struct Image<'a> {
     pub columns: &'a [ArrayRef],
-    pub fields: &'a Fields,
+    pub fields: &'a [FieldRef],
     /// Rows where the side is present; `None` when it is present in every row.
     pub present: Option<&'a NullBuffer>,
 }
@@ -94,6 +96,20 @@ impl Image<'_> {
     /// Whether row `row` has this side.
     pub fn has(&self, row: usize) -> bool {
         self.present.is_none_or(|n| n.is_valid(row))
+    }
+}
+
+/// The row lineage (v3) of one side of a run of events.
+#[derive(Clone, Copy)]
+pub struct RowLineage<'a> {
+    pub row_ids: &'a Int64Array,
+    pub last_updated: &'a Int64Array,
+}
+
+impl RowLineage<'_> {
+    /// Row `row`'s id and last-updated sequence number (null where unknown).
+    pub fn of(&self, row: usize) -> [Option<i64>; 2] {
+        [self.row_ids, self.last_updated].map(|c| c.is_valid(row).then(|| c.value(row)))
     }
 }
 
@@ -117,6 +133,8 @@ pub struct EventBatch<'a> {
     anomalies: Option<&'a Int8Array>,
     pub before: Option<Image<'a>>,
     pub after: Option<Image<'a>>,
+    /// Row lineage of the `before` and `after` sides, for tables of format version 3.
+    pub lineage: [Option<RowLineage<'a>>; 2],
 }
 
 impl<'a> EventBatch<'a> {
@@ -127,15 +145,37 @@ impl<'a> EventBatch<'a> {
         inserts: bool,
     ) -> Result<Self, FeedError> {
         let corrupt = || FeedError::Corrupt(head.segment.path.clone());
-        let (ops, anomalies, before, after) = if inserts {
+        let int64 =
+            |column: &'a ArrayRef| column.as_primitive_opt::<Int64Type>().ok_or_else(corrupt);
+        let (ops, anomalies, before, after, lineage) = if inserts {
+            let width = table_width(batch.schema_ref());
             let after = Image {
-                columns: batch.columns(),
-                fields: batch.schema_ref().fields(),
+                columns: &batch.columns()[..width],
+                fields: &batch.schema_ref().fields()[..width],
                 present: None,
             };
-            (None, None, None, Some(after))
+            let lineage = match &batch.columns()[width..] {
+                [row_ids, last_updated] => Some(RowLineage {
+                    row_ids: int64(row_ids)?,
+                    last_updated: int64(last_updated)?,
+                }),
+                _ => None,
+            };
+            (None, None, None, Some(after), [None, lineage])
         } else {
             let column = |name| batch.column_by_name(name).ok_or_else(corrupt);
+            let lineage = |[row_ids, last_updated]: [&str; 2]| -> Result<_, FeedError> {
+                match (
+                    batch.column_by_name(row_ids),
+                    batch.column_by_name(last_updated),
+                ) {
+                    (Some(r), Some(u)) => Ok(Some(RowLineage {
+                        row_ids: int64(r)?,
+                        last_updated: int64(u)?,
+                    })),
+                    _ => Ok(None),
+                }
+            };
             let image = |name| -> Result<Image<'a>, FeedError> {
                 let side = column(name)?.as_struct_opt().ok_or_else(corrupt)?;
                 Ok(Image {
@@ -156,6 +196,10 @@ impl<'a> EventBatch<'a> {
                 anomalies,
                 Some(image(writer::BEFORE)?),
                 Some(image(writer::AFTER)?),
+                [
+                    lineage(writer::BEFORE_LINEAGE)?,
+                    lineage(writer::AFTER_LINEAGE)?,
+                ],
             )
         };
         Ok(Self {
@@ -171,6 +215,7 @@ impl<'a> EventBatch<'a> {
             anomalies,
             before,
             after,
+            lineage,
         })
     }
 
@@ -559,8 +604,25 @@ impl Feed {
             size: segment.size_bytes as u64,
             deleted_rows: segment.deleted_rows.as_deref(),
         };
-        let schema = (segment.layout == "inserts").then_some(&entry.read);
-        Ok(self.reader.read(file, schema, offset, count).await?)
+        if segment.layout != "inserts" {
+            return Ok(self.reader.read(file, None, offset, count).await?);
+        }
+        let Some(lineage) = segment.lineage() else {
+            return Ok(self
+                .reader
+                .read(file, Some(&entry.read), offset, count)
+                .await?);
+        };
+        let batches = self
+            .reader
+            .read(file, Some(&entry.with_lineage), offset, count)
+            .await?;
+        let positions = self.reader.positions(file, offset, count).await?;
+        let mut positions = positions.into_iter();
+        Ok(batches
+            .iter()
+            .map(|batch| inherit_lineage(batch, &lineage, &mut positions))
+            .collect::<Result<_, _>>()?)
     }
 
     /// The parsed schema `schema_id` of `table`'s change sets.
@@ -586,7 +648,12 @@ impl Feed {
             .map_err(|e| FeedError::Schema(schema_id, e.to_string()))?;
         let read =
             ReadSchema::new(&schema).map_err(|e| FeedError::Schema(schema_id, e.to_string()))?;
-        let entry = Arc::new(SchemaEntry { schema, read });
+        let with_lineage = read.clone().with_lineage(true);
+        let entry = Arc::new(SchemaEntry {
+            schema,
+            read,
+            with_lineage,
+        });
         self.schemas
             .lock()
             .expect("schema cache")

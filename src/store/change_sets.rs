@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 
 use super::leases::{Lease, fence};
 use super::{Store, StoreError, TableId};
+use crate::change::FileLineage;
 use crate::changes::ChangeSetKey;
 
 /// Channel on which every publish is announced (payload: the table id).
@@ -46,6 +47,8 @@ pub struct NewSegment {
     /// Key of the positions of the file at `path` that are not events (see
     /// [`crate::changes::deleted_rows`]), for a copied data file with deleted rows.
     pub deleted_rows: Option<String>,
+    /// Where an `inserts` segment's rows inherit their lineage from (v3 tables).
+    pub lineage: Option<FileLineage>,
 }
 
 /// A published change set.
@@ -74,12 +77,25 @@ pub struct SegmentRecord {
     pub path: String,
     pub size_bytes: i64,
     pub deleted_rows: Option<String>,
+    /// With `lineage_sequence_number`: an `inserts` segment's [`FileLineage`].
+    pub first_row_id: Option<i64>,
+    pub lineage_sequence_number: Option<i64>,
     pub snapshot_id: i64,
     pub sequence_number: i64,
     pub committed_at: DateTime<Utc>,
     pub schema_id: i32,
     /// The external version its events carry in OpenSearch.
     pub push_version: i64,
+}
+
+impl SegmentRecord {
+    /// Where the rows of an `inserts` segment of a v3 table inherit their lineage from.
+    pub fn lineage(&self) -> Option<FileLineage> {
+        Some(FileLineage {
+            first_row_id: self.first_row_id.map(|id| id as u64),
+            sequence_number: self.lineage_sequence_number?,
+        })
+    }
 }
 
 /// Push versions leave this many values free above every sequence number, for the
@@ -186,11 +202,11 @@ impl Store {
         }
         sqlx::query(
             "INSERT INTO segments (table_id, ordinal, segment_no, first_event, event_count, \
-               layout, path, size_bytes, deleted_rows) \
-             SELECT $1, $2, n::int - 1, f, c, l, p, b, d \
+               layout, path, size_bytes, deleted_rows, first_row_id, lineage_sequence_number) \
+             SELECT $1, $2, n::int - 1, f, c, l, p, b, d, r, q \
                FROM unnest($3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::bigint[], \
-                           $8::text[]) \
-                    WITH ORDINALITY AS u(f, c, l, p, b, d, n)",
+                           $8::text[], $9::bigint[], $10::bigint[]) \
+                    WITH ORDINALITY AS u(f, c, l, p, b, d, r, q, n)",
         )
         .bind(table)
         .bind(ordinal)
@@ -213,6 +229,18 @@ impl Store {
             cs.segments
                 .iter()
                 .map(|s| s.deleted_rows.clone())
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            cs.segments
+                .iter()
+                .map(|s| s.lineage.and_then(|l| l.first_row_id).map(|id| id as i64))
+                .collect::<Vec<_>>(),
+        )
+        .bind(
+            cs.segments
+                .iter()
+                .map(|s| s.lineage.map(|l| l.sequence_number))
                 .collect::<Vec<_>>(),
         )
         .execute(&mut *tx)
@@ -271,7 +299,8 @@ impl Store {
     ) -> Result<Vec<SegmentRecord>, StoreError> {
         Ok(sqlx::query_as(
             "SELECT s.ordinal, s.segment_no, s.first_event, s.event_count, s.layout, s.path, \
-                    s.size_bytes, s.deleted_rows, c.snapshot_id, c.sequence_number, \
+                    s.size_bytes, s.deleted_rows, s.first_row_id, s.lineage_sequence_number, \
+                    c.snapshot_id, c.sequence_number, \
                     c.committed_at, c.schema_id, c.push_version \
                FROM segments s JOIN change_sets c USING (table_id, ordinal) \
               WHERE s.table_id = $1 \

@@ -13,7 +13,7 @@ use super::rewrite::Rewrite;
 use super::sync_error::{SyncError, copy_error, lineage_error};
 use crate::catalog::{CatalogCache, CatalogConfig, parse_ident};
 use crate::changelog::{
-    self, DataFileRef, DeleteCache, FileRows, Reset, SnapshotPlan, key_indexes,
+    self, DataFileRef, DeleteCache, FileLineage, FileRows, Reset, SnapshotPlan, key_indexes,
 };
 use crate::changes::key::deleted_rows_of;
 use crate::changes::{
@@ -215,9 +215,12 @@ impl TableSync<'_> {
         let operation = snapshot.summary().operation.as_str();
         let (segments, regained) = match plan {
             SnapshotPlan::Inserts(files) => {
-                let read = ReadSchema::new(schema).map_err(|e| {
-                    SyncError::unpublishable(snapshot_id, FailureCode::Unsupported, e)
-                })?;
+                let read = ReadSchema::new(schema)
+                    .map_err(|e| {
+                        SyncError::unpublishable(snapshot_id, FailureCode::Unsupported, e)
+                    })?
+                    // The planner gives every file of a v3 table its lineage.
+                    .with_lineage(files.iter().any(|f| f.lineage.is_some()));
                 let segments = self.copy_inserts(iceberg, stored_as, &read, files).await?;
                 (segments, 0)
             }
@@ -310,7 +313,12 @@ impl InsertCopy<'_> {
                 self.changes.delete(key).await?;
                 return Ok(None);
             }
-            return Ok(Some(inserts(stored, 0, None)));
+            // The rows were written with their lineage: none is left to inherit.
+            let lineage = file.lineage.map(|l| FileLineage {
+                first_row_id: None,
+                ..l
+            });
+            return Ok(Some(inserts(stored, 0, None, lineage)));
         }
         let deleted = if file.deletes.is_empty() {
             RoaringTreemap::new()
@@ -339,18 +347,29 @@ impl InsertCopy<'_> {
                 .await?;
             Some(deleted_key)
         };
-        Ok(Some(inserts(stored, deleted.len(), deleted_rows)))
+        Ok(Some(inserts(
+            stored,
+            deleted.len(),
+            deleted_rows,
+            file.lineage,
+        )))
     }
 }
 
 /// The `inserts` segment of a stored file, `deleted` of whose rows are not events.
-fn inserts(stored: StoredSegment, deleted: u64, deleted_rows: Option<String>) -> NewSegment {
+fn inserts(
+    stored: StoredSegment,
+    deleted: u64,
+    deleted_rows: Option<String>,
+    lineage: Option<FileLineage>,
+) -> NewSegment {
     NewSegment {
         event_count: stored.rows - deleted as i64,
         layout: "inserts",
         path: stored.path,
         size_bytes: stored.size,
         deleted_rows,
+        lineage,
     }
 }
 

@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use super::heartbeat::Heartbeat;
 use super::shuffle::{MapTask, ReduceTask, run_map, run_reduce};
 use crate::catalog::{CatalogCache, CatalogConfig, CatalogError, StorageFault, parse_ident};
+use crate::change::{table_columns, table_width};
 use crate::changelog::read::read_data_file;
 use crate::changelog::{DeleteCache, FileRows};
 use crate::changes::json::{JsonOptions, RecordEncoder};
@@ -109,8 +110,14 @@ pub struct TaskContext {
 }
 
 impl TaskContext {
-    /// Loads the task's table and the schema its snapshot is read with.
-    pub async fn open(&self, table: TableId, schema_id: i32) -> Result<Opened, TaskError> {
+    /// Loads the task's table and the schema its snapshot is read with (with the row
+    /// lineage columns if `lineage`).
+    pub async fn open(
+        &self,
+        table: TableId,
+        schema_id: i32,
+        lineage: bool,
+    ) -> Result<Opened, TaskError> {
         let source = self.store.get_table(table).await.map_err(|e| {
             TaskError::Retryable(Failure::new(
                 FailureCode::DatabaseUnavailable,
@@ -134,7 +141,9 @@ impl TaskContext {
                     format!("schema {schema_id} is gone from the table"),
                 ))
             })?;
-        let read = ReadSchema::new(&schema).map_err(TaskError::compute)?;
+        let read = ReadSchema::new(&schema)
+            .map_err(TaskError::compute)?
+            .with_lineage(lineage);
         Ok(Opened {
             file_io: iceberg.file_io().clone(),
             read,
@@ -170,11 +179,13 @@ impl TaskContext {
 /// A key as JSON, for error messages.
 pub fn render_key(schema: &SchemaRef, batch: &RecordBatch, row: usize, key: &[usize]) -> String {
     let fields = schema.as_struct().fields();
-    let rendered = RecordEncoder::try_new(fields, batch.schema().fields(), &JsonOptions::default())
-        .and_then(|encoder| {
+    let width = table_width(batch.schema_ref());
+    let arrow_fields = &batch.schema_ref().fields()[..width];
+    let rendered =
+        RecordEncoder::try_new(fields, arrow_fields, &JsonOptions::default()).and_then(|encoder| {
             let mut out = Vec::new();
             encoder
-                .bind(batch.columns())?
+                .bind(table_columns(batch))?
                 .write_fields(row, key, &mut out);
             Ok(String::from_utf8_lossy(&out).into_owned())
         });

@@ -576,6 +576,16 @@ async fn pyarrow_reads_arrow_pages_equal_to_json_pages() {
                 let mut row = e[image].clone();
                 row["_change_type"] = change.into();
                 row["_commit_snapshot_id"] = id64(&e["snapshot_id"]).into();
+                let lineage = &e["lineage"][image];
+                for (column, member) in [
+                    ("_row_id", "row_id"),
+                    (
+                        "_last_updated_sequence_number",
+                        "last_updated_sequence_number",
+                    ),
+                ] {
+                    row[column] = id64(&lineage[member]).map_or(Value::Null, Value::from);
+                }
                 row["_anomaly"] = e.get("anomaly").cloned().unwrap_or(Value::Null);
                 expected.push(row);
             };

@@ -4,13 +4,14 @@
 //! in `scheduler.map_memory_bytes` are cancelled in memory; larger ones go through
 //! `spill`, which feeds the same bucket writer one spill partition at a time.
 
-use arrow::array::{ArrayRef, RecordBatch};
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use arrow::datatypes::Int64Type;
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
 
 use super::files::{DELETED, INSERTED, Partitioned, REGAINED, shuffled_schema, with_sides};
 use super::{MapResult, MapTask, estimated_memory, spill};
-use crate::change::Survivors;
+use crate::change::{Survivors, has_lineage, table_width};
 use crate::changelog::DeleteCache;
 use crate::changelog::carryover::cancel_carryover;
 use crate::store::ClaimedTask;
@@ -22,7 +23,7 @@ pub async fn run_map(
     task: &ClaimedTask,
     map: MapTask,
 ) -> Result<MapResult, TaskError> {
-    let opened = ctx.open(task.table_id, map.schema_id).await?;
+    let opened = ctx.open(task.table_id, map.schema_id, map.lineage).await?;
     let schema = opened.read.batch_schema();
     let budget = ctx.map_memory_bytes;
     let mut out = Buckets::new(ctx, task, &schema, &map, budget)?;
@@ -81,6 +82,9 @@ pub(super) struct Buckets<'a> {
     columns: Vec<usize>,
     converter: RowConverter,
     buckets: u32,
+    /// Whether rows with a row id are bucketed by it: without a key, a delete and an
+    /// insert of one row id pair into an update, so they must meet.
+    by_row_id: bool,
     flush_bytes: usize,
     held: Partitioned,
     deleted: i64,
@@ -98,7 +102,7 @@ impl<'a> Buckets<'a> {
         budget: u64,
     ) -> Result<Self, TaskError> {
         let columns: Vec<usize> = if map.key.is_empty() {
-            (0..schema.fields().len()).collect()
+            (0..table_width(schema)).collect()
         } else {
             map.key.clone()
         };
@@ -116,6 +120,7 @@ impl<'a> Buckets<'a> {
             columns,
             converter,
             buckets: map.buckets,
+            by_row_id: map.key.is_empty() && has_lineage(schema),
             flush_bytes: usize::try_from(budget / 4).unwrap_or(usize::MAX),
             held: Partitioned::new(map.buckets),
             deleted: 0,
@@ -141,9 +146,21 @@ impl<'a> Buckets<'a> {
                 .converter
                 .convert_columns(&keys)
                 .map_err(TaskError::compute)?;
+            let ids = self.by_row_id.then(|| {
+                batch
+                    .column(table_width(batch.schema_ref()))
+                    .as_primitive::<Int64Type>()
+            });
             let buckets: Vec<u32> = rows
                 .iter()
-                .map(|row| (fnv1a(row.as_ref()) % self.buckets as u64) as u32)
+                .enumerate()
+                .map(|(i, row)| {
+                    let hash = match ids.filter(|ids| ids.is_valid(i)) {
+                        Some(ids) => fnv1a(&ids.value(i).to_le_bytes()),
+                        None => fnv1a(row.as_ref()),
+                    };
+                    (hash % self.buckets as u64) as u32
+                })
                 .collect();
             let mut sides = vec![if deleted { DELETED } else { INSERTED }; batch.num_rows()];
             if !deleted {

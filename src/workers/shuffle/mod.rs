@@ -37,6 +37,9 @@ pub struct MapTask {
     /// Columns rows are hashed on (all columns when the table has no identifier).
     pub key: Vec<usize>,
     pub buckets: u32,
+    /// Whether rows are read with their lineage (tables of format version 3).
+    #[serde(default)]
+    pub lineage: bool,
     /// How many of `removed` and of `added` each packed partition group has, in order.
     /// Carryover is cancelled group by group, so that a hash table holds one group's rows
     /// and stays in the CPU caches. Empty: all files are one group.
@@ -119,6 +122,9 @@ pub struct ReduceTask {
     pub schema_id: i32,
     pub key: Vec<usize>,
     pub inputs: Vec<BucketFile>,
+    /// Whether the rows carry their lineage (as the map tasks read them).
+    #[serde(default)]
+    pub lineage: bool,
 }
 
 /// What a reduce task reports: the segment it wrote, if it had any events.
@@ -162,6 +168,8 @@ impl Shuffle<'_> {
         let stored = removed.iter().chain(&added).map(|f| f.size).sum();
         let buckets = bucket_count(self.buckets, stored, self.reduce_target_bytes);
         let mut groups: BTreeMap<String, MapTask> = BTreeMap::new();
+        // The planner gives every file of a v3 table its lineage.
+        let lineage = removed.iter().chain(&added).any(|f| f.lineage.is_some());
         let task = || MapTask {
             schema_id: self.schema_id,
             removed: Vec::new(),
@@ -169,6 +177,7 @@ impl Shuffle<'_> {
             input_bytes: 0,
             key: self.key.clone(),
             buckets,
+            lineage,
             groups: Vec::new(),
         };
         for (f, is_removed) in removed
@@ -210,6 +219,7 @@ impl Shuffle<'_> {
                         schema_id: self.schema_id,
                         key: self.key.clone(),
                         inputs,
+                        lineage,
                     };
                     (self.change_set.task_id(TaskKind::Reduce, n), to_json(&task))
                 })
@@ -229,6 +239,7 @@ impl Shuffle<'_> {
                         path,
                         size_bytes: r.size,
                         deleted_rows: None,
+                        lineage: None,
                     })
                 })
                 .collect(),
@@ -432,6 +443,7 @@ mod tests {
             input_bytes,
             key: vec![0],
             buckets: 4,
+            lineage: false,
             groups: vec![(files.len(), 0)],
         }
     }

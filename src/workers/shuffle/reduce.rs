@@ -18,7 +18,9 @@ pub async fn run_reduce(
     task: &ClaimedTask,
     reduce: ReduceTask,
 ) -> Result<ReduceResult, TaskError> {
-    let opened = ctx.open(task.table_id, reduce.schema_id).await?;
+    let opened = ctx
+        .open(task.table_id, reduce.schema_id, reduce.lineage)
+        .await?;
     let schema = opened.read.batch_schema();
     let (mut deleted, mut inserted, mut regained) = (Vec::new(), Vec::new(), Vec::new());
     for batch in read_parts(&ctx.changes, &reduce.inputs).await? {

@@ -17,6 +17,7 @@ use super::files::{
 };
 use super::map::{Buckets, cancel};
 use super::{BucketFile, MapTask, estimated_memory};
+use crate::change::table_columns;
 use crate::changelog::DeleteCache;
 use crate::changelog::carryover::{row_hash, whole_row_converter};
 use crate::changelog::read::stream_data_file;
@@ -114,7 +115,7 @@ fn partition_of(
     batch: &RecordBatch,
     partitions: u32,
 ) -> Result<Vec<u32>, ArrowError> {
-    let rows = converter.convert_columns(batch.columns())?;
+    let rows = converter.convert_columns(table_columns(batch))?;
     Ok(rows
         .iter()
         .map(|row| ((row_hash(row.as_ref()) >> 32) as u32) % partitions)
