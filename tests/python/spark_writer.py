@@ -43,7 +43,8 @@ instead of `file`. The JSON written to --out:
       "snapshots": [{"snapshot_id", "parent_id", "sequence_number", "operation",
                      "statement", "sql", "schema_changes", "modes", "summary",
                      "schema_id", "columns": [{"id", "name"}], "identifier",
-                     "rows": [{<column name>: value}]}]}]}
+                     "rows": [{<column name>: value}],
+                     "lineage": [[id, row_id, last_updated_sequence_number]] | null}]}]}
 `snapshots` lists every snapshot of the table, oldest first (the first one is the
 table's first snapshot), with the statement that made it, the ALTER TABLE statements
 run since the snapshot before it (`schema_changes`), the write modes in force and the
@@ -55,7 +56,10 @@ reads them with that schema: objects keyed by exactly the names in `columns`, so
 the identifier; ints and strings as such, floats as JSON numbers (always k + 0.5 or
 k + 0.25, so their text is exact), decimals as strings with their 2 fractional digits
 ("12.30", "-0.05"), null. A history's `identifier` names its identifier fields at the
-end. A statement that commits nothing (a rewrite with nothing to do) is not listed.
+end. `lineage` (v3 tables; null on v2) is each row's `_row_id` and
+`_last_updated_sequence_number` as Spark reads them at the snapshot (integers, null
+when unknown), with the row's identifier value, sorted by it; no two rows share a row
+id. A statement that commits nothing (a rewrite with nothing to do) is not listed.
 Progress and errors go to stderr; exit status 1 on error.
 """
 
@@ -90,6 +94,8 @@ PROMOTIONS = {"INT": "BIGINT", "FLOAT": "DOUBLE", "DECIMAL(6,2)": "DECIMAL(9,2)"
 CENT = Decimal("0.01")
 # The chance of a schema change before a data step (again after one): 1 step in 6.
 EVOLVE = 1 / 6
+# The row lineage Spark reads on v3 tables, after a snapshot's columns.
+LINEAGE_COLUMNS = ("_row_id", "_last_updated_sequence_number")
 
 
 def log(message: str) -> None:
@@ -438,13 +444,13 @@ class History:
 
     def read_states(self) -> None:
         """Every snapshot's rows, read through Spark (`SELECT * ... VERSION AS OF`) and
-        checked against the model. Consecutive snapshots of one schema are read in one
-        query (a UNION ALL; different schemas do not union)."""
+        checked against the model, and on v3 tables their lineage. Consecutive snapshots
+        of one schema are read in one query (a UNION ALL; different schemas do not union)."""
         states = []
         for _, group in itertools.groupby(self.snapshots, key=lambda s: s["schema_id"]):
             states.extend(self.read_group(list(group)))
         previous, previous_columns = [], []
-        for s, rows in zip(self.snapshots, states):
+        for s, (rows, lineage) in zip(self.snapshots, states):
             key = s["identifier"][0]
             rows.sort(key=lambda r: r[key])
             where = f"snapshot {s['snapshot_id']} ({s['statement']}: {s['sql']})"
@@ -459,29 +465,40 @@ class History:
             if len({r[key] for r in rows}) != len(rows):
                 raise StepError(f"duplicate ids at {where}")
             s["rows"] = rows
+            s["lineage"] = checked_lineage(lineage, where)
             previous, previous_columns = rows, s["columns"]
 
     def read_group(self, group):
-        """The rows of snapshots of one schema, one list per snapshot. Time travel to a
-        snapshot id reads with that snapshot's schema (not the table's current one): the
-        query's columns must be the snapshot's, by name and Spark type."""
+        """The rows of snapshots of one schema, one list per snapshot, and on v3 tables
+        each snapshot's lineage (`[id, row id, last updated sequence number]` of its rows;
+        None on v2). Time travel to a snapshot id reads with that snapshot's schema (not
+        the table's current one): the query's columns must be the snapshot's, by name and
+        Spark type. The lineage columns come after them, in the same query: one scan."""
         names = [c["name"] for c in group[0]["columns"]]
+        lineage = LINEAGE_COLUMNS if self.format_version >= 3 else ()
+        selected = ", ".join(("*",) + lineage)
         query = " UNION ALL ".join(
-            f"SELECT {i} AS __snapshot_index, * FROM {self.table} VERSION AS OF {s['snapshot_id']}"
+            f"SELECT {i} AS __snapshot_index, {selected} FROM {self.table} VERSION AS OF {s['snapshot_id']}"
             for i, s in enumerate(group)
         )
         frame = self.spark.sql(query)
-        have = [(f.name, f.dataType.simpleString()) for f in frame.schema.fields[1:]]
+        fields = frame.schema.fields[1 : len(frame.schema.fields) - len(lineage)]
+        have = [(f.name, f.dataType.simpleString()) for f in fields]
         want = list(zip(names, self.spark_types[group[0]["snapshot_id"]]))
         if have != want:
             raise StepError(
                 f"time travel to snapshot {group[0]['snapshot_id']} (schema {group[0]['schema_id']}) "
                 f"did not read its schema\n  read: {have}\n  snapshot: {want}"
             )
+        key = names.index(group[0]["identifier"][0])
         states = [[] for _ in group]
+        lineages = [[] if lineage else None for _ in group]
         for r in frame.collect():
-            states[r[0]].append({name: json_value(v) for name, v in zip(names, r[1:])})
-        return states
+            values = r[1 : 1 + len(names)]
+            states[r[0]].append({name: json_value(v) for name, v in zip(names, values)})
+            if lineage:
+                lineages[r[0]].append([values[key], *r[1 + len(names) :]])
+        return list(zip(states, lineages))
 
     def set_mode(self, prop: str, value: str) -> None:
         self.sql(f"ALTER TABLE {self.table} SET TBLPROPERTIES ('{prop}' = '{value}')")
@@ -842,6 +859,18 @@ class History:
             "identifier": self.identifier,
             "snapshots": self.snapshots,
         }
+
+
+def checked_lineage(lineage, where: str):
+    """A snapshot's lineage sorted by id; a row id that two rows share fails (pairing
+    by row id needs them unique)."""
+    if lineage is None:
+        return None
+    lineage.sort(key=lambda entry: entry[0])
+    row_ids = [row_id for _, row_id, _ in lineage if row_id is not None]
+    if len(set(row_ids)) != len(row_ids):
+        raise StepError(f"duplicate row ids at {where}: {lineage}")
+    return lineage
 
 
 def schema_of(meta, schema_id: int):
