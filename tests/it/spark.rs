@@ -19,13 +19,19 @@
 //! the `filesystem` catalog on Spark's Hadoop warehouse and `"start": "earliest"`, must
 //! publish exactly those changes, snapshot by snapshot; a `replace` snapshot none.
 //!
+//! On v3 tables the writer also reads every row's lineage (`_row_id`,
+//! `_last_updated_sequence_number`) at every snapshot: an event's `lineage.before` must be
+//! its before image's row's at the parent snapshot, `lineage.after` its after image's at
+//! the event's snapshot (matched by identifier value); events of v2 tables have none.
+//!
 //! `ICEFEED_SPARK_SEEDS` (merge-on-read, default 1..=4) and `ICEFEED_SPARK_COW_SEEDS`
 //! (copy-on-write only, default 1..=2) pick the seeds, with the syntax of
 //! `ICEFEED_ORACLE_SEEDS`; an empty value runs none. A seed's low bits choose the table
 //! (bit 0 partitioned, bit 1 format v3, bit 2 granularity `partition` on v2), so 1..=8
-//! covers every shape. Both tests share one writer run (one Spark session: its start is
-//! slow). Needs `ICEFEED_TEST_PYTHON` with pyspark and `ICEFEED_TEST_SPARK_JAR`, the
-//! Iceberg Spark runtime jar that scripts/spark.sh prints; scripts/test.sh sets both.
+//! covers every shape. The tests on the local warehouse share one writer run (one Spark
+//! session: its start is slow). Needs `ICEFEED_TEST_PYTHON` with pyspark and
+//! `ICEFEED_TEST_SPARK_JAR`, the Iceberg Spark runtime jar that scripts/spark.sh prints;
+//! scripts/test.sh sets both.
 //!
 //! The same writer also writes through the REST catalog of the SeaweedFS server (s3.rs)
 //! onto S3 with Iceberg's S3FileIO (`iceberg-aws-bundle`, `ICEFEED_TEST_SPARK_AWS_BUNDLE`
@@ -34,7 +40,7 @@
 //! (merge-on-read, default 3) pick those seeds, written by one more Spark session of their
 //! own. icefeed follows them through the REST catalog into a change store on S3.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex, Weak};
@@ -46,7 +52,7 @@ use serde_json::{Value, json};
 use crate::diffing::{
     Column, OracleSnapshot, check_schemas, compare_feed, expected_changes, labels, seeds_in,
 };
-use crate::support::{Node, run_with_deadline};
+use crate::support::{Node, id64, run_with_deadline};
 
 /// Merge-on-read seeds run when `ICEFEED_SPARK_SEEDS` is unset: v2 and v3, partitioned
 /// and not.
@@ -102,6 +108,21 @@ struct Snapshot {
     identifier: Vec<String>,
     /// Its rows, keyed by its schema's names.
     rows: Vec<Value>,
+    /// Its rows' lineage as Spark reads it, sorted by identifier value (v3 tables).
+    lineage: Option<Vec<Lineage>>,
+}
+
+/// A row's lineage at a snapshot: its identifier value, `_row_id` and
+/// `_last_updated_sequence_number` (null when unknown).
+#[derive(Deserialize)]
+struct Lineage(i64, Option<i64>, Option<i64>);
+
+impl Lineage {
+    /// As an event's `lineage.before` or `lineage.after`: 64-bit values as strings.
+    fn json(&self) -> Value {
+        let text = |v: Option<i64>| v.map_or(Value::Null, |v| Value::String(v.to_string()));
+        json!({"row_id": text(self.1), "last_updated_sequence_number": text(self.2)})
+    }
 }
 
 impl History {
@@ -134,6 +155,15 @@ impl History {
             );
         }
         out
+    }
+}
+
+impl Snapshot {
+    /// The lineage of the row whose identifier value is `id`.
+    fn lineage_of(&self, id: i64) -> Option<&Lineage> {
+        let lineage = self.lineage.as_ref()?;
+        let at = lineage.binary_search_by_key(&id, |l| l.0).ok()?;
+        Some(&lineage[at])
     }
 }
 
@@ -411,6 +441,91 @@ async fn register_in(node: &Node, catalog: Value, history: &History) -> String {
     id
 }
 
+/// Every event of table `id` carries its rows' lineage as Spark reads it on v3 tables
+/// (`lineage_error`), none on v2. The error names each snapshot whose events differ.
+async fn check_lineage(node: &Node, id: &str, history: &History) -> Result<(), String> {
+    let at: HashMap<i64, usize> = history
+        .snapshots
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.snapshot_id, i))
+        .collect();
+    let (events, _) = node.all_events(id, None, 500).await;
+    // By snapshot index: its events, and what is wrong with some.
+    let mut seen: BTreeMap<usize, (usize, Vec<String>)> = BTreeMap::new();
+    let v3 = history.format_version >= 3;
+    for e in &events {
+        // compare_feed found every event's snapshot in the history.
+        let i = at[&id64(&e["snapshot_id"]).expect("snapshot_id")];
+        let parent = i.checked_sub(1).map(|p| &history.snapshots[p]);
+        let entry = seen.entry(i).or_default();
+        entry.0 += 1;
+        if let Err(wrong) = lineage_error(e, parent, &history.snapshots[i], v3) {
+            entry.1.push(wrong);
+        }
+    }
+    let failures: Vec<String> = seen
+        .iter()
+        .filter(|(_, (_, wrong))| !wrong.is_empty())
+        .map(|(&i, (events, wrong))| {
+            let s = &history.snapshots[i];
+            format!(
+                "snapshot #{} {} ({}): {} of {events} events, e.g.\n    {}",
+                i + 1,
+                s.snapshot_id,
+                s.label(),
+                wrong.len(),
+                wrong[..wrong.len().min(2)].join("\n    ")
+            )
+        })
+        .collect();
+    if failures.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "{}: the events' lineage differs from Spark's:\n{}",
+        history.describe(),
+        failures.join("\n")
+    ))
+}
+
+/// Checks the `lineage` of event `e` of snapshot `s` (`parent` the snapshot before it):
+/// on a v3 table, `before` is the lineage of the before image's row (by identifier value)
+/// at `parent`, `after` the after image's at `s`, each present exactly with its image; a
+/// v2 table's events have none.
+fn lineage_error(
+    e: &Value,
+    parent: Option<&Snapshot>,
+    s: &Snapshot,
+    v3: bool,
+) -> Result<(), String> {
+    let have = e.get("lineage");
+    if !v3 {
+        return match have {
+            Some(lineage) => Err(format!("a v2 table's event has lineage {lineage}: {e}")),
+            None => Ok(()),
+        };
+    }
+    let have = have.ok_or_else(|| format!("no lineage: {e}"))?;
+    let key = &s.identifier[0];
+    let mut want = serde_json::Map::new();
+    for (side, at) in [("before", parent), ("after", Some(s))] {
+        let Some(image) = e.get(side).filter(|image| !image.is_null()) else {
+            continue;
+        };
+        let lineage = at
+            .zip(image[key].as_i64())
+            .and_then(|(at, id)| at.lineage_of(id))
+            .ok_or_else(|| format!("Spark read no lineage of the {side} image's row: {e}"))?;
+        want.insert(side.to_string(), lineage.json());
+    }
+    let want = Value::Object(want);
+    if *have != want {
+        return Err(format!("lineage {have}, Spark reads {want}: {e}"));
+    }
+    Ok(())
+}
+
 /// The written histories of `seeds` in `mode`.
 fn histories<'a>(written: &'a Written, mode: &str, seeds: &[u64]) -> Vec<&'a History> {
     seeds
@@ -453,8 +568,9 @@ async fn check(mode: &str, seeds: &[u64], var: &str, other_var: &str, test: &str
 }
 
 /// Compares the feeds of `histories` (registered as `ids` on `node`, which is shut down
-/// after) with what Spark wrote; every failing seed is reported, with the snapshots that
-/// differ and the command that reruns it alone (`rerun`).
+/// after) with what Spark wrote: change sets, schemas and lineage; every failing seed is
+/// reported, with the snapshots that differ and the command that reruns it alone
+/// (`rerun`).
 async fn compare_histories(
     node: Node,
     histories: &[&History],
@@ -494,11 +610,12 @@ async fn compare_histories(
                 .or_default() += 1;
         }
         let (labels, sequence) = labels(&h.snapshots);
-        let compared =
-            match compare_feed(&node, id, &h.describe(), &labels, &sequence, &expected).await {
-                Ok(()) => check_schemas(&node, id, &h.snapshots).await,
-                failed => failed,
-            };
+        let compared = async {
+            compare_feed(&node, id, &h.describe(), &labels, &sequence, &expected).await?;
+            check_schemas(&node, id, &h.snapshots).await?;
+            check_lineage(&node, id, h).await
+        }
+        .await;
         if let Err(failure) = compared {
             failures.push(format!(
                 "seed {} ({}): {failure}\n  rerun it alone with {}",
