@@ -27,49 +27,78 @@ pub(crate) fn key_of(row: &Value, key_columns: &[&str]) -> Value {
 /// What turning `prev` into `cur` must publish: by key with identifier columns (changed
 /// row: update, missing: delete, new: insert), as multisets without (deletes and inserts).
 pub(crate) fn diff(prev: &[Value], cur: &[Value], key_columns: &[&str]) -> Vec<String> {
-    let mut out = Vec::new();
     if key_columns.is_empty() {
-        let mut counts: BTreeMap<String, (i64, Value)> = BTreeMap::new();
-        for (rows, sign) in [(prev, -1), (cur, 1)] {
-            for row in rows {
-                let entry = counts
-                    .entry(serde_json::to_string(row).unwrap())
-                    .or_insert((0, row.clone()));
-                entry.0 += sign;
+        return diff_multisets(prev, cur);
+    }
+    let by_key = |rows| {
+        pair_rows(rows, |row| {
+            serde_json::to_string(&key_of(row, key_columns)).unwrap()
+        })
+    };
+    diff_paired(&by_key(prev), &by_key(cur), |row| key_of(row, key_columns))
+}
+
+/// Deletes and inserts of whole rows: what `cur` has fewer or more times than `prev`.
+fn diff_multisets(prev: &[Value], cur: &[Value]) -> Vec<String> {
+    let mut counts: BTreeMap<String, (i64, Value)> = BTreeMap::new();
+    for (rows, sign) in [(prev, -1), (cur, 1)] {
+        for row in rows {
+            let entry = counts
+                .entry(serde_json::to_string(row).unwrap())
+                .or_insert((0, row.clone()));
+            entry.0 += sign;
+        }
+    }
+    let mut out = Vec::new();
+    for (count, row) in counts.values() {
+        for _ in 0..count.unsigned_abs() {
+            if *count < 0 {
+                out.push(change("delete", &Value::Null, row, &Value::Null));
+            } else {
+                out.push(change("insert", &Value::Null, &Value::Null, row));
             }
         }
-        for (count, row) in counts.values() {
-            for _ in 0..count.unsigned_abs() {
-                if *count < 0 {
-                    out.push(change("delete", &Value::Null, row, &Value::Null));
-                } else {
-                    out.push(change("insert", &Value::Null, &Value::Null, row));
-                }
-            }
+    }
+    out.sort();
+    out
+}
+
+/// A state's rows by what pairs them with the other state's rows: a text unique in the
+/// state (their key, or their row id).
+pub(crate) type Paired = BTreeMap<String, Value>;
+
+/// `rows` by `pair`; two rows that pair alike are a broken oracle.
+pub(crate) fn pair_rows(rows: &[Value], pair: impl Fn(&Value) -> String) -> Paired {
+    let mut map = BTreeMap::new();
+    for row in rows {
+        let previous = map.insert(pair(row), row.clone());
+        assert!(
+            previous.is_none(),
+            "two rows of one state pair alike: {row}"
+        );
+    }
+    map
+}
+
+/// What turning the paired rows `before` into `after` must publish (sorted): a row whose
+/// values changed is an update, a missing one a delete, a new one an insert; `key` is the
+/// `key` member of a row's events (null: none).
+pub(crate) fn diff_paired(
+    before: &Paired,
+    after: &Paired,
+    key: impl Fn(&Value) -> Value,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for (pair, old) in before {
+        match after.get(pair) {
+            None => out.push(change("delete", &key(old), old, &Value::Null)),
+            Some(new) if new != old => out.push(change("update", &key(old), old, new)),
+            Some(_) => {}
         }
-    } else {
-        let index = |rows: &[Value]| {
-            let mut map = BTreeMap::new();
-            for row in rows {
-                let key = key_of(row, key_columns);
-                let previous = map.insert(serde_json::to_string(&key).unwrap(), (key, row.clone()));
-                assert!(previous.is_none(), "duplicate key in one state: {row}");
-            }
-            map
-        };
-        let before = index(prev);
-        let after = index(cur);
-        for (k, (key, old)) in &before {
-            match after.get(k) {
-                None => out.push(change("delete", key, old, &Value::Null)),
-                Some((_, new)) if new != old => out.push(change("update", key, old, new)),
-                Some(_) => {}
-            }
-        }
-        for (k, (key, new)) in &after {
-            if !before.contains_key(k) {
-                out.push(change("insert", key, &Value::Null, new));
-            }
+    }
+    for (pair, new) in after {
+        if !before.contains_key(pair) {
+            out.push(change("insert", &key(new), &Value::Null, new));
         }
     }
     out.sort();
@@ -241,6 +270,18 @@ pub(crate) trait OracleSnapshot {
 /// What each snapshot must publish: its parent's rows read under its schema (by field
 /// id), diffed with its own rows by its identifier columns.
 pub(crate) fn expected_changes<S: OracleSnapshot>(snapshots: &[S]) -> Vec<(i64, Vec<String>)> {
+    expected_changes_by(snapshots, |_, before, s| {
+        let key: Vec<&str> = s.identifier().iter().map(String::as_str).collect();
+        diff(before, s.rows(), &key)
+    })
+}
+
+/// What each snapshot must publish: `diff(parent, before, snapshot)`, `before` being its
+/// parent's rows read under its schema (by field id; none for the first snapshot).
+pub(crate) fn expected_changes_by<S: OracleSnapshot>(
+    snapshots: &[S],
+    diff: impl Fn(Option<&S>, &[Value], &S) -> Vec<String>,
+) -> Vec<(i64, Vec<String>)> {
     let mut out = Vec::new();
     let mut prev: Option<&S> = None;
     for s in snapshots {
@@ -255,8 +296,7 @@ pub(crate) fn expected_changes<S: OracleSnapshot>(snapshots: &[S]) -> Vec<(i64, 
                     .collect()
             }
         };
-        let key: Vec<&str> = s.identifier().iter().map(String::as_str).collect();
-        out.push((s.snapshot_id(), diff(&before, s.rows(), &key)));
+        out.push((s.snapshot_id(), diff(prev, &before, s)));
         prev = Some(s);
     }
     out

@@ -23,6 +23,10 @@
 //! `_last_updated_sequence_number`) at every snapshot: an event's `lineage.before` must be
 //! its before image's row's at the parent snapshot, `lineage.after` its after image's at
 //! the event's snapshot (matched by identifier value); events of v2 tables have none.
+//! `spark_keyless_v3_histories_pair_updates_by_row_id` registers the v3 merge-on-read
+//! histories without identifier columns: each change set is then the consecutive states
+//! paired by row id (values changed: an update without `key`, the same: no event; only in
+//! one state: a delete or an insert), and an update's two sides have one row id.
 //!
 //! `ICEFEED_SPARK_SEEDS` (merge-on-read, default 1..=4) and `ICEFEED_SPARK_COW_SEEDS`
 //! (copy-on-write only, default 1..=2) pick the seeds, with the syntax of
@@ -50,7 +54,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::diffing::{
-    Column, OracleSnapshot, check_schemas, compare_feed, expected_changes, labels, seeds_in,
+    Column, OracleSnapshot, Paired, check_schemas, compare_feed, diff_paired, expected_changes,
+    expected_changes_by, labels, pair_rows, seeds_in,
 };
 use crate::support::{Node, id64, run_with_deadline};
 
@@ -125,6 +130,16 @@ impl Lineage {
     }
 }
 
+/// How icefeed pairs a snapshot's deleted and added rows into updates.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Pairing {
+    /// By the table's identifier columns (`id`, whatever its name), the registration's
+    /// default.
+    Key,
+    /// By row id: a v3 table registered with `"identifier_columns": []`.
+    RowId,
+}
+
 impl History {
     fn describe(&self) -> String {
         format!(
@@ -142,10 +157,17 @@ impl History {
         )
     }
 
-    /// What turning each snapshot's parent state into its state must publish; a
-    /// `replace` snapshot must publish nothing.
-    fn expected(&self) -> Vec<(i64, Vec<String>)> {
-        let out = expected_changes(&self.snapshots);
+    /// What turning each snapshot's parent state into its state must publish when rows
+    /// pair by `pairing`; a `replace` snapshot must publish nothing.
+    fn expected(&self, pairing: Pairing) -> Vec<(i64, Vec<String>)> {
+        let out = match pairing {
+            Pairing::Key => expected_changes(&self.snapshots),
+            Pairing::RowId => expected_changes_by(&self.snapshots, |parent, before, s| {
+                let key = &s.identifier[0];
+                let before = parent.map(|p| p.by_row_id(before, key)).unwrap_or_default();
+                diff_paired(&before, &s.by_row_id(&s.rows, key), |_| Value::Null)
+            }),
+        };
         for (s, (_, changes)) in self.snapshots.iter().zip(&out) {
             assert!(
                 s.operation != "replace" || changes.is_empty(),
@@ -164,6 +186,19 @@ impl Snapshot {
         let lineage = self.lineage.as_ref()?;
         let at = lineage.binary_search_by_key(&id, |l| l.0).ok()?;
         Some(&lineage[at])
+    }
+
+    /// `rows`, this snapshot's (maybe read under a later schema, whose identifier column
+    /// is `key`), by their row ids here. Spark's v3 tables are v3 from the start: every
+    /// row has one.
+    fn by_row_id(&self, rows: &[Value], key: &str) -> Paired {
+        pair_rows(rows, |row| {
+            row[key]
+                .as_i64()
+                .and_then(|id| self.lineage_of(id)?.1)
+                .unwrap_or_else(|| panic!("no row id at snapshot {}: {row}", self.snapshot_id))
+                .to_string()
+        })
     }
 }
 
@@ -411,9 +446,9 @@ fn writer_lines(log: &str, lines: usize) -> String {
 // icefeed's side
 // ---------------------------------------------------------------------------------------
 
-/// Registers `history`'s table from the Hadoop warehouse, from its earliest snapshot;
-/// the identifier columns come from the table's schema (Spark's `SET IDENTIFIER FIELDS`).
-async fn register(node: &Node, warehouse: &Path, history: &History) -> String {
+/// Registers `history`'s table from the Hadoop warehouse, from its earliest snapshot, to
+/// pair rows by `pairing`.
+async fn register(node: &Node, warehouse: &Path, history: &History, pairing: Pairing) -> String {
     assert!(
         history
             .location
@@ -426,24 +461,37 @@ async fn register(node: &Node, warehouse: &Path, history: &History) -> String {
     );
     let catalog =
         json!({"type": "filesystem", "warehouse": format!("file://{}", warehouse.display())});
-    register_in(node, catalog, history).await
+    register_in(node, catalog, history, pairing).await
 }
 
-/// Registers `history`'s table in `catalog`, from its earliest snapshot; the identifier
-/// columns come from the table's schema.
-async fn register_in(node: &Node, catalog: Value, history: &History) -> String {
-    let body = json!({
+/// Registers `history`'s table in `catalog`, from its earliest snapshot, to pair rows by
+/// `pairing`: by key, the identifier columns come from the table's schema (Spark's `SET
+/// IDENTIFIER FIELDS`); by row id, the registration has none.
+async fn register_in(node: &Node, catalog: Value, history: &History, pairing: Pairing) -> String {
+    let mut body = json!({
         "catalog": catalog, "table": history.table, "poll_interval_ms": 100, "start": "earliest",
     });
+    let identifier = match pairing {
+        Pairing::Key => json!(history.identifier),
+        Pairing::RowId => {
+            body["identifier_columns"] = json!([]);
+            json!([])
+        }
+    };
     let id = node.register(&body).await;
     let (_, t) = node.get(&format!("/v1/tables/{id}")).await;
-    assert_eq!(t["identifier_columns"], json!(history.identifier), "{t}");
+    assert_eq!(t["identifier_columns"], identifier, "{t}");
     id
 }
 
 /// Every event of table `id` carries its rows' lineage as Spark reads it on v3 tables
 /// (`lineage_error`), none on v2. The error names each snapshot whose events differ.
-async fn check_lineage(node: &Node, id: &str, history: &History) -> Result<(), String> {
+async fn check_lineage(
+    node: &Node,
+    id: &str,
+    history: &History,
+    pairing: Pairing,
+) -> Result<(), String> {
     let at: HashMap<i64, usize> = history
         .snapshots
         .iter()
@@ -460,7 +508,7 @@ async fn check_lineage(node: &Node, id: &str, history: &History) -> Result<(), S
         let parent = i.checked_sub(1).map(|p| &history.snapshots[p]);
         let entry = seen.entry(i).or_default();
         entry.0 += 1;
-        if let Err(wrong) = lineage_error(e, parent, &history.snapshots[i], v3) {
+        if let Err(wrong) = lineage_error(e, parent, &history.snapshots[i], v3, pairing) {
             entry.1.push(wrong);
         }
     }
@@ -492,12 +540,13 @@ async fn check_lineage(node: &Node, id: &str, history: &History) -> Result<(), S
 /// Checks the `lineage` of event `e` of snapshot `s` (`parent` the snapshot before it):
 /// on a v3 table, `before` is the lineage of the before image's row (by identifier value)
 /// at `parent`, `after` the after image's at `s`, each present exactly with its image; a
-/// v2 table's events have none.
+/// v2 table's events have none. Paired by row id, an update's sides have one row id.
 fn lineage_error(
     e: &Value,
     parent: Option<&Snapshot>,
     s: &Snapshot,
     v3: bool,
+    pairing: Pairing,
 ) -> Result<(), String> {
     let have = e.get("lineage");
     if !v3 {
@@ -507,6 +556,12 @@ fn lineage_error(
         };
     }
     let have = have.ok_or_else(|| format!("no lineage: {e}"))?;
+    if pairing == Pairing::RowId
+        && e["op"] == "update"
+        && have["before"]["row_id"] != have["after"]["row_id"]
+    {
+        return Err(format!("an update of two row ids: {e}"));
+    }
     let key = &s.identifier[0];
     let mut want = serde_json::Map::new();
     for (side, at) in [("before", parent), ("after", Some(s))] {
@@ -541,9 +596,17 @@ fn histories<'a>(written: &'a Written, mode: &str, seeds: &[u64]) -> Vec<&'a His
         .collect()
 }
 
-/// Checks the histories of `seeds` in `mode` ("mor" or "cow") against one node; every
-/// failing seed is reported, with the snapshots that differ.
-async fn check(mode: &str, seeds: &[u64], var: &str, other_var: &str, test: &str) {
+/// Checks the histories of `seeds` in `mode` ("mor" or "cow"), registered to pair rows by
+/// `pairing`, against one node; every failing seed is reported, with the snapshots that
+/// differ.
+async fn check(
+    mode: &str,
+    seeds: &[u64],
+    pairing: Pairing,
+    var: &str,
+    other_var: &str,
+    test: &str,
+) {
     if seeds.is_empty() {
         eprintln!("spark: no {mode} seeds ({var} is empty)");
         return;
@@ -558,23 +621,24 @@ async fn check(mode: &str, seeds: &[u64], var: &str, other_var: &str, test: &str
     let (node, _store) = Node::start_fresh().await;
     let mut ids = Vec::new();
     for h in &histories {
-        ids.push(register(&node, &written.warehouse(), h).await);
+        ids.push(register(&node, &written.warehouse(), h, pairing).await);
     }
     let what = format!("{mode} seeds {seeds:?}");
-    compare_histories(node, &histories, &ids, &what, started, |h| {
+    compare_histories(node, &histories, &ids, pairing, &what, started, |h| {
         format!("{var}={} {other_var}= cargo test --test it {test}", h.seed)
     })
     .await;
 }
 
 /// Compares the feeds of `histories` (registered as `ids` on `node`, which is shut down
-/// after) with what Spark wrote: change sets, schemas and lineage; every failing seed is
-/// reported, with the snapshots that differ and the command that reruns it alone
-/// (`rerun`).
+/// after, to pair rows by `pairing`) with what Spark wrote: change sets, schemas and
+/// lineage; every failing seed is reported, with the snapshots that differ and the
+/// command that reruns it alone (`rerun`).
 async fn compare_histories(
     node: Node,
     histories: &[&History],
     ids: &[String],
+    pairing: Pairing,
     what: &str,
     started: Instant,
     rerun: impl Fn(&History) -> String,
@@ -601,7 +665,7 @@ async fn compare_histories(
                 h.describe()
             );
         }
-        let expected = h.expected();
+        let expected = h.expected(pairing);
         events += expected.iter().map(|(_, c)| c.len()).sum::<usize>();
         quiet += expected.iter().filter(|(_, c)| c.is_empty()).count();
         for s in &h.snapshots {
@@ -613,7 +677,7 @@ async fn compare_histories(
         let compared = async {
             compare_feed(&node, id, &h.describe(), &labels, &sequence, &expected).await?;
             check_schemas(&node, id, &h.snapshots).await?;
-            check_lineage(&node, id, h).await
+            check_lineage(&node, id, h, pairing).await
         }
         .await;
         if let Err(failure) = compared {
@@ -651,6 +715,7 @@ async fn spark_merge_on_read_histories_match_icefeed() {
     check(
         "mor",
         &mor_seeds(),
+        Pairing::Key,
         "ICEFEED_SPARK_SEEDS",
         "ICEFEED_SPARK_COW_SEEDS",
         "spark_merge_on_read",
@@ -679,7 +744,7 @@ async fn a_node_killed_mid_merge_on_read_shuffle_loses_and_duplicates_nothing() 
     let client = Node::remote(nodes[1].base.clone());
     let mut ids = Vec::new();
     for h in &histories {
-        ids.push(register(&client, &written.warehouse(), h).await);
+        ids.push(register(&client, &written.warehouse(), h, Pairing::Key).await);
     }
     kill_a_task_runner(&db, &mut nodes).await;
     let survivor = Node::remote(nodes[0].base.clone());
@@ -691,7 +756,7 @@ async fn a_node_killed_mid_merge_on_read_shuffle_loses_and_duplicates_nothing() 
             &h.describe(),
             &labels,
             &sequence,
-            &h.expected(),
+            &h.expected(Pairing::Key),
         )
         .await
         {
@@ -701,12 +766,35 @@ async fn a_node_killed_mid_merge_on_read_shuffle_loses_and_duplicates_nothing() 
     stop_survivors(&db, nodes).await;
 }
 
+/// The v3 merge-on-read histories (seeds with bit 1) registered without identifier
+/// columns: a deleted and an added row of one row id pair into an update without `key`,
+/// one whose values stayed is carryover (also when its last updated sequence number
+/// moved), the others are deletes and inserts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn spark_keyless_v3_histories_pair_updates_by_row_id() {
+    let seeds: Vec<u64> = mor_seeds().into_iter().filter(|s| s & 2 != 0).collect();
+    if seeds.is_empty() {
+        eprintln!("spark: none of the merge-on-read seeds is v3 (bit 1): no keyless v3 histories");
+        return;
+    }
+    check(
+        "mor",
+        &seeds,
+        Pairing::RowId,
+        "ICEFEED_SPARK_SEEDS",
+        "ICEFEED_SPARK_COW_SEEDS",
+        "spark_keyless_v3",
+    )
+    .await;
+}
+
 /// Copy-on-write-only histories: Spark rewrites files, never writes delete files.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn spark_copy_on_write_histories_match_icefeed() {
     check(
         "cow",
         &cow_seeds(),
+        Pairing::Key,
         "ICEFEED_SPARK_COW_SEEDS",
         "ICEFEED_SPARK_SEEDS",
         "spark_copy_on_write",
@@ -763,10 +851,10 @@ async fn spark_copy_on_write_histories_on_s3_match_icefeed() {
             h.table,
             h.location
         );
-        ids.push(register_in(&node, s3::rest_catalog(keys.clone()), h).await);
+        ids.push(register_in(&node, s3::rest_catalog(keys.clone()), h, Pairing::Key).await);
     }
     let what = format!("on S3, cow seeds {cow:?} and mor seeds {mor:?}");
-    compare_histories(node, &chosen, &ids, &what, started, |h| {
+    compare_histories(node, &chosen, &ids, Pairing::Key, &what, started, |h| {
         let (var, other) = if h.mode == "cow" {
             ("ICEFEED_SPARK_S3_SEEDS", "ICEFEED_SPARK_S3_MOR_SEEDS")
         } else {
