@@ -27,6 +27,8 @@
 //! histories without identifier columns: each change set is then the consecutive states
 //! paired by row id (values changed: an update without `key`, the same: no event; only in
 //! one state: a delete or an insert), and an update's two sides have one row id.
+//! `spark_exports_carry_the_lineage_of_their_rows` registers them at their last snapshot
+//! (`"start": "snapshot"`): one insert per live row, each with the lineage Spark reads.
 //!
 //! `ICEFEED_SPARK_SEEDS` (merge-on-read, default 1..=4) and `ICEFEED_SPARK_COW_SEEDS`
 //! (copy-on-write only, default 1..=2) pick the seeds, with the syntax of
@@ -446,9 +448,15 @@ fn writer_lines(log: &str, lines: usize) -> String {
 // icefeed's side
 // ---------------------------------------------------------------------------------------
 
-/// Registers `history`'s table from the Hadoop warehouse, from its earliest snapshot, to
-/// pair rows by `pairing`.
-async fn register(node: &Node, warehouse: &Path, history: &History, pairing: Pairing) -> String {
+/// Registers `history`'s table from the Hadoop warehouse, starting at `start`
+/// (`earliest`, or `snapshot` for an export of the last), to pair rows by `pairing`.
+async fn register(
+    node: &Node,
+    warehouse: &Path,
+    history: &History,
+    pairing: Pairing,
+    start: &str,
+) -> String {
     assert!(
         history
             .location
@@ -461,15 +469,21 @@ async fn register(node: &Node, warehouse: &Path, history: &History, pairing: Pai
     );
     let catalog =
         json!({"type": "filesystem", "warehouse": format!("file://{}", warehouse.display())});
-    register_in(node, catalog, history, pairing).await
+    register_in(node, catalog, history, pairing, start).await
 }
 
-/// Registers `history`'s table in `catalog`, from its earliest snapshot, to pair rows by
+/// Registers `history`'s table in `catalog`, starting at `start`, to pair rows by
 /// `pairing`: by key, the identifier columns come from the table's schema (Spark's `SET
 /// IDENTIFIER FIELDS`); by row id, the registration has none.
-async fn register_in(node: &Node, catalog: Value, history: &History, pairing: Pairing) -> String {
+async fn register_in(
+    node: &Node,
+    catalog: Value,
+    history: &History,
+    pairing: Pairing,
+    start: &str,
+) -> String {
     let mut body = json!({
-        "catalog": catalog, "table": history.table, "poll_interval_ms": 100, "start": "earliest",
+        "catalog": catalog, "table": history.table, "poll_interval_ms": 100, "start": start,
     });
     let identifier = match pairing {
         Pairing::Key => json!(history.identifier),
@@ -621,7 +635,7 @@ async fn check(
     let (node, _store) = Node::start_fresh().await;
     let mut ids = Vec::new();
     for h in &histories {
-        ids.push(register(&node, &written.warehouse(), h, pairing).await);
+        ids.push(register(&node, &written.warehouse(), h, pairing, "earliest").await);
     }
     let what = format!("{mode} seeds {seeds:?}");
     compare_histories(node, &histories, &ids, pairing, &what, started, |h| {
@@ -744,7 +758,7 @@ async fn a_node_killed_mid_merge_on_read_shuffle_loses_and_duplicates_nothing() 
     let client = Node::remote(nodes[1].base.clone());
     let mut ids = Vec::new();
     for h in &histories {
-        ids.push(register(&client, &written.warehouse(), h, Pairing::Key).await);
+        ids.push(register(&client, &written.warehouse(), h, Pairing::Key, "earliest").await);
     }
     kill_a_task_runner(&db, &mut nodes).await;
     let survivor = Node::remote(nodes[0].base.clone());
@@ -786,6 +800,53 @@ async fn spark_keyless_v3_histories_pair_updates_by_row_id() {
         "spark_keyless_v3",
     )
     .await;
+}
+
+/// The merge-on-read histories exported (`"start": "snapshot"`): every live row of the
+/// last snapshot is one insert with the lineage Spark reads there. Rows of data files
+/// with deletes are copied with the positions deleted in them, so a row's inherited id
+/// is its position in the file, not among the events.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn spark_exports_carry_the_lineage_of_their_rows() {
+    let seeds = mor_seeds();
+    if seeds.is_empty() {
+        eprintln!("spark: no merge-on-read seeds (ICEFEED_SPARK_SEEDS is empty)");
+        return;
+    }
+    let written = match tokio::task::spawn_blocking(written).await {
+        Ok(written) => written,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    };
+    let (node, _store) = Node::start_fresh().await;
+    let mut failures = Vec::new();
+    for h in histories(&written, "mor", &seeds) {
+        let last = h.snapshots.last().expect("a history with snapshots");
+        let id = register(&node, &written.warehouse(), h, Pairing::Key, "snapshot").await;
+        node.wait_for_checkpoint(&id, last.snapshot_id).await;
+        let (events, _) = node.all_events(&id, None, 500).await;
+        let key = &last.identifier[0];
+        let mut rows: Vec<&Value> = events.iter().map(|e| &e["after"]).collect();
+        rows.sort_by_key(|r| r[key].as_i64());
+        let v3 = h.format_version >= 3;
+        let wrong: Vec<String> = events
+            .iter()
+            .filter_map(|e| lineage_error(e, None, last, v3, Pairing::Key).err())
+            .collect();
+        if rows != last.rows.iter().collect::<Vec<_>>() || !wrong.is_empty() {
+            failures.push(format!(
+                "{}: the export of snapshot {} has {} events ({} rows live), {} with wrong \
+                 lineage, e.g. {:?}",
+                h.describe(),
+                last.snapshot_id,
+                events.len(),
+                last.rows.len(),
+                wrong.len(),
+                &wrong[..wrong.len().min(2)]
+            ));
+        }
+    }
+    node.shutdown().await;
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 /// Copy-on-write-only histories: Spark rewrites files, never writes delete files.
@@ -851,7 +912,8 @@ async fn spark_copy_on_write_histories_on_s3_match_icefeed() {
             h.table,
             h.location
         );
-        ids.push(register_in(&node, s3::rest_catalog(keys.clone()), h, Pairing::Key).await);
+        let catalog = s3::rest_catalog(keys.clone());
+        ids.push(register_in(&node, catalog, h, Pairing::Key, "earliest").await);
     }
     let what = format!("on S3, cow seeds {cow:?} and mor seeds {mor:?}");
     compare_histories(node, &chosen, &ids, Pairing::Key, &what, started, |h| {
