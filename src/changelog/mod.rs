@@ -4,6 +4,7 @@
 pub mod carryover;
 mod deleted;
 pub mod deletes;
+mod field_reader;
 mod lineage;
 pub mod read;
 mod row_ids;
