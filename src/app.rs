@@ -15,7 +15,8 @@ use crate::changes::{ChangeStore, SegmentReader};
 use crate::config::Settings;
 use crate::delivery::{ChangeNotifier, Feed};
 use crate::store::Store;
-use crate::workers::tasks::{TaskContext, TaskRunner};
+use crate::workers::task_context::TaskContext;
+use crate::workers::tasks::TaskRunner;
 use crate::workers::{Janitor, PushWorker, Scheduler};
 
 /// A node that is running.

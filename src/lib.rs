@@ -11,6 +11,7 @@ pub mod config;
 pub mod delivery;
 pub mod demo;
 pub mod failure;
+pub mod ids;
 pub mod int64;
 pub mod network;
 pub mod secret;

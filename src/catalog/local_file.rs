@@ -18,8 +18,6 @@ use iceberg::{Error, ErrorKind};
 
 use serde::{Deserialize, Serialize};
 
-use super::storage::{LocalPaths, StorageFault};
-
 /// The most a metadata file (`*.metadata.json`) may hold: long-lived tables that never
 /// expire snapshots reach tens of MiB; anything past this is no metadata file, and
 /// reading it whole would only exhaust memory.
@@ -53,14 +51,6 @@ pub enum LocalRefusal {
 }
 
 impl LocalRefusal {
-    pub(super) fn fault(&self) -> StorageFault {
-        match self {
-            LocalRefusal::NotAFile { .. } => StorageFault::NotAFile,
-            LocalRefusal::NotAllowed { .. } => StorageFault::NotAllowed,
-            LocalRefusal::TooLarge { .. } => StorageFault::TooLarge,
-        }
-    }
-
     pub(super) fn into_error(self) -> Error {
         Error::new(ErrorKind::DataInvalid, self.to_string()).with_source(self)
     }
@@ -435,6 +425,81 @@ impl FileWrite for LocalFileWrite {
         self.with_file(|f| f.sync_all(), "cannot sync").await?;
         Ok(())
     }
+}
+
+/// The local directories whose files tables may be read from (`catalog.local_paths`):
+/// everything when unrestricted (the writers of the demo and the tests), else only files
+/// below the listed directories, after `..` and symbolic links are resolved. Any local
+/// path a catalog names, table metadata included, is checked, so a catalog cannot point
+/// the node at other files on its disk.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LocalPaths {
+    /// `None`: any path.
+    allowed: Option<Vec<PathBuf>>,
+}
+
+impl Default for LocalPaths {
+    /// No local path at all.
+    fn default() -> Self {
+        Self::only(&[])
+    }
+}
+
+impl LocalPaths {
+    /// Every local path (for writers; a serving node takes its configuration's list).
+    pub fn unrestricted() -> Self {
+        Self { allowed: None }
+    }
+
+    /// Only paths below `dirs` (made absolute, and resolved where they exist).
+    pub fn only(dirs: &[PathBuf]) -> Self {
+        let allowed = dirs
+            .iter()
+            .map(|dir| std::fs::canonicalize(dir).unwrap_or_else(|_| lexical_absolute(dir)))
+            .collect();
+        Self {
+            allowed: Some(allowed),
+        }
+    }
+
+    /// Refuses `path` unless it is below an allowed directory: by its text first, then
+    /// by where it really is, so that neither a missing file outside nor a link out of
+    /// an allowed directory tells the caller anything.
+    pub fn check(&self, path: &Path) -> iceberg::Result<()> {
+        let Some(allowed) = &self.allowed else {
+            return Ok(());
+        };
+        let below = |p: &Path| allowed.iter().any(|dir| p.starts_with(dir));
+        let lexical = lexical_absolute(path);
+        let real = std::fs::canonicalize(&lexical).ok();
+        if below(&lexical) && real.as_deref().is_none_or(below) {
+            return Ok(());
+        }
+        Err(LocalRefusal::NotAllowed {
+            path: path.display().to_string(),
+        }
+        .into_error())
+    }
+}
+
+/// `path` made absolute against the working directory, `.` and `..` removed by text.
+fn lexical_absolute(path: &Path) -> PathBuf {
+    let joined = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_default().join(path)
+    };
+    let mut out = PathBuf::new();
+    for part in joined.components() {
+        match part {
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 #[cfg(test)]

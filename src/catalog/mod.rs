@@ -23,9 +23,10 @@ use utoipa::ToSchema;
 
 use crate::failure::{Failure, FailureCode};
 
+pub use local_file::LocalPaths;
 pub use reach::Reach;
 pub use redact::{REDACTED, redact};
-pub use storage::{LocalPaths, StorageFault, TableStorageFactory, describe as storage_cause};
+pub use storage::{StorageFault, TableStorageFactory, describe as storage_cause};
 
 /// The catalog types icefeed can read from.
 pub const CATALOG_TYPES: &[&str] = &["sql", "rest", "filesystem", "glue", "hive"];

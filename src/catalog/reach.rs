@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use iceberg::table::Table;
 use url::Url;
 
-use super::storage::LocalPaths;
+use super::local_file::LocalPaths;
 use super::{CatalogConfig, CatalogError};
 use crate::network::{HostPolicy, without_credentials};
 

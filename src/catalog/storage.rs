@@ -9,7 +9,6 @@
 //! [`super::local_file`].
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
@@ -23,7 +22,7 @@ use iceberg::io::{
 use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 use serde::{Deserialize, Serialize};
 
-use super::local_file::{LocalFileStorage, LocalRefusal};
+use super::local_file::{LocalFileStorage, LocalPaths, LocalRefusal};
 use crate::failure::FailureCode;
 
 /// Builds [`TableStorage`] for every catalog and static table, reading local files only
@@ -49,81 +48,6 @@ impl StorageFactory for TableStorageFactory {
             remote: OnceLock::new(),
         }))
     }
-}
-
-/// The local directories whose files tables may be read from (`catalog.local_paths`):
-/// everything when unrestricted (the writers of the demo and the tests), else only files
-/// below the listed directories, after `..` and symbolic links are resolved. Any local
-/// path a catalog names, table metadata included, is checked, so a catalog cannot point
-/// the node at other files on its disk.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct LocalPaths {
-    /// `None`: any path.
-    allowed: Option<Vec<PathBuf>>,
-}
-
-impl Default for LocalPaths {
-    /// No local path at all.
-    fn default() -> Self {
-        Self::only(&[])
-    }
-}
-
-impl LocalPaths {
-    /// Every local path (for writers; a serving node takes its configuration's list).
-    pub fn unrestricted() -> Self {
-        Self { allowed: None }
-    }
-
-    /// Only paths below `dirs` (made absolute, and resolved where they exist).
-    pub fn only(dirs: &[PathBuf]) -> Self {
-        let allowed = dirs
-            .iter()
-            .map(|dir| std::fs::canonicalize(dir).unwrap_or_else(|_| lexical_absolute(dir)))
-            .collect();
-        Self {
-            allowed: Some(allowed),
-        }
-    }
-
-    /// Refuses `path` unless it is below an allowed directory: by its text first, then
-    /// by where it really is, so that neither a missing file outside nor a link out of
-    /// an allowed directory tells the caller anything.
-    pub fn check(&self, path: &Path) -> iceberg::Result<()> {
-        let Some(allowed) = &self.allowed else {
-            return Ok(());
-        };
-        let below = |p: &Path| allowed.iter().any(|dir| p.starts_with(dir));
-        let lexical = lexical_absolute(path);
-        let real = std::fs::canonicalize(&lexical).ok();
-        if below(&lexical) && real.as_deref().is_none_or(below) {
-            return Ok(());
-        }
-        Err(LocalRefusal::NotAllowed {
-            path: path.display().to_string(),
-        }
-        .into_error())
-    }
-}
-
-/// `path` made absolute against the working directory, `.` and `..` removed by text.
-fn lexical_absolute(path: &Path) -> PathBuf {
-    let joined = if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        std::env::current_dir().unwrap_or_default().join(path)
-    };
-    let mut out = PathBuf::new();
-    for part in joined.components() {
-        match part {
-            std::path::Component::CurDir => {}
-            std::path::Component::ParentDir => {
-                out.pop();
-            }
-            other => out.push(other),
-        }
-    }
-    out
 }
 
 /// Sends each path to the storage its scheme calls for. Tables written by local writers
@@ -230,6 +154,15 @@ pub enum StorageFault {
 }
 
 impl StorageFault {
+    /// The fault of a local file the node refused to read.
+    fn of_refusal(refused: &LocalRefusal) -> Self {
+        match refused {
+            LocalRefusal::NotAFile { .. } => StorageFault::NotAFile,
+            LocalRefusal::NotAllowed { .. } => StorageFault::NotAllowed,
+            LocalRefusal::TooLarge { .. } => StorageFault::TooLarge,
+        }
+    }
+
     /// The kind of failure this fault is.
     pub const fn failure_code(self) -> FailureCode {
         match self {
@@ -270,7 +203,7 @@ impl StorageFault {
                 return Some(Self::of_opendal(opendal));
             }
             if let Some(refused) = err.downcast_ref::<LocalRefusal>() {
-                return Some(refused.fault());
+                return Some(StorageFault::of_refusal(refused));
             }
             if let Some(io) = err.downcast_ref::<std::io::Error>() {
                 return Self::of_io(io.kind());

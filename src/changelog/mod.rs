@@ -262,13 +262,15 @@ fn unreadable(format: DataFileFormat) -> Option<String> {
         .then(|| format!("it has {format:?} data files; only Parquet data files can be read"))
 }
 
-/// Indexes of a feed's identifier columns among `schema`'s top-level fields, in key
-/// order: by field id, so a renamed column stays the key (by name for tables registered
-/// before field ids were recorded). An identifier column the schema lacks is an error
-/// naming it: its change sets could not be paired or keyed.
+/// Indexes of a feed's identifier columns (`names`, with their `field_ids` as recorded
+/// at registration) among `schema`'s top-level fields, in key order: by field id, so a
+/// renamed column stays the key (by name for tables registered before field ids were
+/// recorded). An identifier column the schema lacks is an error naming it: its change
+/// sets could not be paired or keyed.
 pub fn key_indexes(
     schema: &iceberg::spec::Schema,
-    table: &crate::store::SourceTable,
+    field_ids: Option<&[i32]>,
+    names: &[String],
 ) -> Result<Vec<usize>, String> {
     let fields = schema.as_struct().fields();
     let missing = |what: String| {
@@ -278,11 +280,11 @@ pub fn key_indexes(
             schema.schema_id()
         )
     };
-    match &table.identifier_field_ids {
+    match field_ids {
         // Recorded together at registration: one name per id.
         Some(ids) => ids
             .iter()
-            .zip(&table.identifier_columns)
+            .zip(names)
             .map(|(id, name)| {
                 fields
                     .iter()
@@ -290,8 +292,7 @@ pub fn key_indexes(
                     .ok_or_else(|| missing(format!("{name:?} (field id {id})")))
             })
             .collect(),
-        None => table
-            .identifier_columns
+        None => names
             .iter()
             .map(|name| {
                 fields

@@ -2,7 +2,7 @@
 //! store and its tasks in PostgreSQL, all under one key. Owns every key layout of the
 //! change store; depends on nothing but the table id and the task kinds.
 
-use crate::store::{TableId, TaskKind};
+use crate::ids::{TableId, TaskKind};
 
 /// One change set being computed: the ordinal it will be published at and the snapshot
 /// whose changes (or, for a reset, whose state) it holds.

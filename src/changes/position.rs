@@ -9,7 +9,7 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use uuid::Uuid;
 
-use crate::store::TableId;
+use crate::ids::TableId;
 
 const VERSION: u8 = 1;
 const ENCODED_LEN: usize = 1 + 16 + 8 + 8;

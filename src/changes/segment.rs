@@ -123,6 +123,27 @@ impl ReadSchema {
         Arc::new(ArrowSchema::new(fields))
     }
 
+    /// The schema of a Parquet file holding rows of this schema as a data file would:
+    /// its columns with their Iceberg field ids, lineage under Iceberg's reserved ids.
+    pub fn file_schema(&self) -> SchemaRef {
+        let mut fields: Vec<Field> = self
+            .arrow
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        if self.lineage {
+            for (field, id) in lineage_fields()
+                .into_iter()
+                .zip([ROW_ID_FIELD_ID, LAST_UPDATED_FIELD_ID])
+            {
+                let id = HashMap::from([(PARQUET_FIELD_ID_META_KEY.to_string(), id.to_string())]);
+                fields.push(field.with_metadata(id));
+            }
+        }
+        Arc::new(ArrowSchema::new(fields))
+    }
+
     /// The field ids read from files, lineage included.
     fn read_field_ids(&self) -> impl Iterator<Item = i32> + '_ {
         let lineage = [ROW_ID_FIELD_ID, LAST_UPDATED_FIELD_ID];

@@ -2,27 +2,24 @@
 //! segments. Keys are deterministic (table, snapshot, segment number), so a node that
 //! redoes the work of a node that died overwrites the same objects with the same bytes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use arrow::datatypes::Field;
+use arrow::datatypes::SchemaRef;
 use bytes::Bytes;
+use futures::stream::BoxStream;
 use iceberg::io::FileIO;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
-use parquet::arrow::{ArrowWriter, PARQUET_FIELD_ID_META_KEY};
+use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::{FooterTail, ParquetMetaDataReader};
 use parquet::file::properties::WriterProperties;
 use url::Url;
 
-use super::ReadSchema;
 use super::server_copy::S3Home;
-use crate::change::{LAST_UPDATED_FIELD_ID, ROW_ID_FIELD_ID, lineage_fields};
-use crate::changelog::read::stream_data_file;
-use crate::changelog::{DeleteCache, FileRows};
 use crate::telemetry::metric::INSERT_BYTES_COPIED;
 
 /// Source files up to this size are copied in one request; larger ones in parts.
@@ -248,46 +245,27 @@ impl ChangeStore {
         }
     }
 
-    /// Writes the rows `rows` selects of an Iceberg data file (one that has deletes) into
-    /// the store under `key` as an `inserts` segment: a Parquet file of the read
-    /// schema's columns, with their field ids, so it is read like a copied data file.
-    pub async fn write_file_rows(
+    /// Writes `batches` into the store under `key` as a Parquet file of `schema` (whose
+    /// fields carry their Iceberg field ids, so that it is read like a copied data
+    /// file), uploading it in parts as it grows.
+    pub async fn write_batches(
         &self,
-        file_io: &FileIO,
-        rows: &FileRows,
-        schema: &ReadSchema,
         key: &str,
+        schema: SchemaRef,
+        mut batches: BoxStream<'_, Result<RecordBatch, ChangeStoreError>>,
     ) -> Result<StoredSegment, ChangeStoreError> {
         use futures::TryStreamExt;
-        let mut batches = stream_data_file(file_io, rows, schema, &DeleteCache::default()).await?;
-        let mut fields: Vec<Field> = schema
-            .arrow
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone().with_nullable(true))
-            .collect();
-        if schema.lineage {
-            // Under Iceberg's reserved field ids, as writers materialize them.
-            for (field, id) in lineage_fields()
-                .into_iter()
-                .zip([ROW_ID_FIELD_ID, LAST_UPDATED_FIELD_ID])
-            {
-                let id = HashMap::from([(PARQUET_FIELD_ID_META_KEY.to_string(), id.to_string())]);
-                fields.push(field.with_metadata(id));
-            }
-        }
-        let written = Arc::new(arrow::datatypes::Schema::new(fields));
         let props = WriterProperties::builder()
             .set_compression(Compression::ZSTD(ZstdLevel::try_new(1)?))
             .build();
         let mut upload = WriteMultipart::new(self.objects.put_multipart(&self.full(key)).await?);
-        let mut writer = ArrowWriter::try_new(Vec::new(), written.clone(), Some(props))?;
+        let mut writer = ArrowWriter::try_new(Vec::new(), schema.clone(), Some(props))?;
         let mut count = 0u64;
         let mut size = 0u64;
         while let Some(batch) = batches.try_next().await? {
             count += batch.num_rows() as u64;
             writer.write(&RecordBatch::try_new(
-                written.clone(),
+                schema.clone(),
                 batch.columns().to_vec(),
             )?)?;
             if writer.inner().len() as u64 >= PART_SIZE {

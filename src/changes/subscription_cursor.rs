@@ -96,7 +96,7 @@ mod tests {
             Err(CursorError::Malformed(_))
         ));
         assert!(matches!(decode("", a, 1), Err(CursorError::Malformed(_))));
-        let table_cursor = Position::START.to_cursor(crate::store::TableId(a));
+        let table_cursor = Position::START.to_cursor(crate::ids::TableId(a));
         assert!(matches!(
             decode(&table_cursor, a, 1),
             Err(CursorError::Malformed(_))

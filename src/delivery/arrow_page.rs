@@ -11,7 +11,8 @@ use arrow::compute::{cast, interleave};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::ipc::writer::StreamWriter;
 
-use super::pull::{EventBatch, EventSink, FeedError};
+use super::error::FeedError;
+use super::events::{EventBatch, EventSink};
 use crate::change::{Anomaly, LAST_UPDATED, Op, ROW_ID};
 use crate::changes::ReadSchema;
 use crate::store::{SegmentRecord, TableId};

@@ -6,7 +6,8 @@ use std::ops::Range;
 use chrono::{DateTime, SecondsFormat, SubsecRound, Utc};
 use iceberg::spec::NestedFieldRef;
 
-use super::pull::{EventBatch, EventSink, FeedError, Image, RenderedSink, RowLineage};
+use super::error::FeedError;
+use super::events::{EventBatch, EventSink, Image, RenderedSink, RowLineage};
 use super::rendered::RenderedChunk;
 use crate::change::{Anomaly, Op};
 use crate::changes::Position;

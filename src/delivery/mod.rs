@@ -3,6 +3,8 @@
 //! publish notifications; and pushing them into OpenSearch.
 
 pub mod arrow_page;
+mod error;
+mod events;
 pub mod json_page;
 pub mod notify;
 pub mod opensearch;
@@ -14,9 +16,11 @@ pub mod stream;
 pub mod subscription;
 
 pub use arrow_page::ArrowSink;
+pub use error::FeedError;
+pub use events::{EventSink, RenderedSink};
 pub use json_page::{Framing, JsonSink};
 pub use notify::{ChangeNotifier, ChangeWaiter, Stopped};
-pub use pull::{EventSink, Feed, FeedError, PageEnd, PageRequest, RenderedSink};
+pub use pull::{Feed, PageEnd, PageRequest};
 pub use selection::{OpSet, Selection, SelectionError};
 pub use stream::{StreamPage, StreamTiming, event_stream};
 pub use subscription::{Positions, SubscriptionPageEnd};

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use moka::future::Cache;
 
-use super::pull::FeedError;
+use super::error::FeedError;
 use crate::change::Op;
 use crate::changes::ChangeStoreError;
 use crate::changes::json::JsonOptions;

@@ -5,7 +5,9 @@ use std::sync::Mutex;
 
 use uuid::Uuid;
 
-use super::pull::{EventSink, Feed, FeedError, PageRequest};
+use super::error::FeedError;
+use super::events::EventSink;
+use super::pull::{Feed, PageRequest};
 use super::selection::Selection;
 use crate::changes::{Position, subscription_cursor};
 use crate::store::{SourceTable, TableId};

@@ -16,6 +16,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::config::DatabaseSettings;
 
+pub use crate::ids::{TableId, TaskKind};
 pub use change_sets::{CHANGES_CHANNEL, ChangeSetRecord, NewChangeSet, NewSegment, SegmentRecord};
 pub use leases::Lease;
 pub use push::{DeadLetter, NewDeadLetter, PushCommit, PushRecord};
@@ -24,8 +25,8 @@ pub use subscriptions::{
     FeedLag, Lag, NewSubscription, SUBSCRIPTIONS_CHANNEL, SubscribedTable, Subscription,
     SubscriptionState,
 };
-pub use tables::{NewSourceTable, PollOutcome, SourceTable, TableId, TableState, display_name};
-pub use tasks::{ClaimedTask, TaskFailure, TaskKind, TaskProgress, TaskStatus};
+pub use tables::{NewSourceTable, PollOutcome, SourceTable, TableState, display_name};
+pub use tasks::{ClaimedTask, TaskFailure, TaskProgress, TaskStatus};
 pub use tokens::ApiToken;
 
 /// The migrations in `migrations/`, embedded in the binary.

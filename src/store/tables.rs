@@ -4,42 +4,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 use super::leases::{Lease, fence};
 use super::retention::{Floor, Retention};
-use super::{Store, StoreError};
+use super::{Store, StoreError, TableId};
 use crate::failure::Failure;
-
-/// Id of a registered source table.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, sqlx::Type)]
-#[sqlx(transparent)]
-#[serde(transparent)]
-pub struct TableId(pub Uuid);
-
-impl std::fmt::Display for TableId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl TableId {
-    /// A fresh, time-ordered id.
-    pub fn new() -> Self {
-        Self(Uuid::now_v7())
-    }
-
-    /// The name of this table's scheduler lease.
-    pub fn lease_name(&self) -> String {
-        format!("table:{}", self.0)
-    }
-}
-
-impl Default for TableId {
-    fn default() -> Self {
-        Self::new()
-    }
-}
 
 /// Whether the scheduler works on a table.
 #[derive(

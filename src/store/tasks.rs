@@ -3,33 +3,9 @@
 
 use std::time::Duration;
 
-use super::{Store, StoreError, TableId};
+use super::{Store, StoreError, TableId, TaskKind};
 use crate::changes::ChangeSetKey;
 use crate::failure::{Failure, FailureCode};
-
-/// What a task does: the two steps of a change set's shuffle.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TaskKind {
-    Map,
-    Reduce,
-}
-
-impl TaskKind {
-    /// As stored and labelled.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TaskKind::Map => "map",
-            TaskKind::Reduce => "reduce",
-        }
-    }
-
-    /// The kind stored as `kind`.
-    pub fn parse(kind: &str) -> Option<Self> {
-        [TaskKind::Map, TaskKind::Reduce]
-            .into_iter()
-            .find(|k| k.as_str() == kind)
-    }
-}
 
 /// A task this node claimed.
 #[derive(Clone, Debug, sqlx::FromRow)]

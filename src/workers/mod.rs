@@ -10,6 +10,7 @@ mod shuffle;
 pub mod supervisor;
 mod sync;
 mod sync_error;
+pub mod task_context;
 pub mod tasks;
 
 pub use heartbeat::Heartbeat;

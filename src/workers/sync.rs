@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::rewrite::Rewrite;
 use super::sync_error::{SyncError, copy_error, lineage_error};
 use crate::catalog::{CatalogCache, CatalogConfig, parse_ident};
+use crate::changelog::read::stream_data_file;
 use crate::changelog::{
     self, DataFileRef, DeleteCache, FileLineage, FileRows, Reset, SnapshotPlan, key_indexes,
 };
@@ -208,7 +209,12 @@ impl TableSync<'_> {
             .and_then(|id| metadata.schema_by_id(id))
             .unwrap_or_else(|| metadata.current_schema());
         // Even an append needs the key: consumers read it from every event.
-        let key = key_indexes(schema, table).map_err(|reason| {
+        let key = key_indexes(
+            schema,
+            table.identifier_field_ids.as_deref(),
+            &table.identifier_columns,
+        )
+        .map_err(|reason| {
             SyncError::unpublishable(snapshot_id, FailureCode::IdentifierColumnsInvalid, reason)
         })?;
         let shuffled = matches!(plan, SnapshotPlan::Rewrite { .. });
@@ -305,9 +311,12 @@ impl InsertCopy<'_> {
         key: &str,
     ) -> Result<Option<NewSegment>, ChangeStoreError> {
         if file.only_deleted_by.is_some() {
+            // The rows that are events, written as a data file of their own.
+            let rows =
+                stream_data_file(self.file_io, file, self.schema, &DeleteCache::default()).await?;
             let stored = self
                 .changes
-                .write_file_rows(self.file_io, file, self.schema, key)
+                .write_batches(key, self.schema.file_schema(), rows)
                 .await?;
             if stored.rows == 0 {
                 self.changes.delete(key).await?;

@@ -18,7 +18,7 @@ use bytes::Bytes;
 
 use super::BucketFile;
 use crate::changes::ChangeStore;
-use crate::workers::tasks::TaskError;
+use crate::workers::task_context::TaskError;
 
 /// Column telling which side of the rewrite a shuffled row is on.
 const SIDE: &str = "_side";

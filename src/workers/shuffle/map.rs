@@ -15,7 +15,7 @@ use crate::change::{Survivors, has_lineage, table_width};
 use crate::changelog::DeleteCache;
 use crate::changelog::carryover::cancel_carryover;
 use crate::store::ClaimedTask;
-use crate::workers::tasks::{TaskContext, TaskError};
+use crate::workers::task_context::{TaskContext, TaskError};
 
 /// Runs a map task.
 pub async fn run_map(

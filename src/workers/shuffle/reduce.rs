@@ -10,7 +10,7 @@ use crate::changelog::carryover::{PairError, pair};
 use crate::changes::writer::encode_changes;
 use crate::failure::{Failure, FailureCode};
 use crate::store::ClaimedTask;
-use crate::workers::tasks::{TaskContext, TaskError, render_key};
+use crate::workers::task_context::{TaskContext, TaskError, render_key};
 
 /// Runs a reduce task.
 pub async fn run_reduce(

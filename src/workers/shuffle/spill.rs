@@ -22,7 +22,7 @@ use crate::changelog::DeleteCache;
 use crate::changelog::carryover::{row_hash, whole_row_converter};
 use crate::changelog::read::stream_data_file;
 use crate::store::ClaimedTask;
-use crate::workers::tasks::{Opened, TaskContext, TaskError};
+use crate::workers::task_context::{Opened, TaskContext, TaskError};
 
 /// More partitions than this would mostly add per-file overhead.
 const MAX_SPILL_PARTITIONS: u64 = 4096;

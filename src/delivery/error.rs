@@ -1,0 +1,30 @@
+//! What assembling a page can fail with.
+
+use crate::changes::ChangeStoreError;
+use crate::store::StoreError;
+
+/// Failures while assembling a page.
+#[derive(Debug, thiserror::Error)]
+pub enum FeedError {
+    /// The index could not be read.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A segment could not be read.
+    #[error(transparent)]
+    Segment(#[from] ChangeStoreError),
+    /// A change set's schema is missing or unreadable.
+    #[error("schema {0} of the change set is unavailable: {1}")]
+    Schema(i32, String),
+    /// A segment holds something other than what icefeed writes.
+    #[error("segment {0} is corrupt")]
+    Corrupt(String),
+    /// Rows could not be encoded as JSON.
+    #[error("encoding events: {0}")]
+    Encode(#[from] crate::changes::json::JsonError),
+    /// Rows could not be assembled or encoded as Arrow.
+    #[error("encoding Arrow: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+    /// A failure of a shared rendering, as another reader met it.
+    #[error("{0}")]
+    Shared(String),
+}
