@@ -1,6 +1,7 @@
 //! A small demo table written by a real Iceberg writer (the iceberg crate), and the
 //! writer utilities that the demo, the tests and the benchmark harness share.
 
+mod catalog_pointer;
 pub mod rewrite;
 pub mod taxi;
 pub mod writer;

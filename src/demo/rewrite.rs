@@ -13,9 +13,10 @@
 //! [`writer::open_sql_catalog`] lays out (`<dir>/catalog.db` next to `<dir>/warehouse`).
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use super::catalog_pointer;
+use super::writer::{self, AppendOptions};
 use arrow::array::RecordBatch;
 use futures::TryStreamExt;
 use iceberg::spec::{
@@ -24,11 +25,8 @@ use iceberg::spec::{
     SnapshotSummaryCollector, Summary, TableMetadata, TableProperties,
 };
 use iceberg::table::Table;
-use iceberg::{Catalog, Error, ErrorKind, MetadataLocation, TableIdent};
+use iceberg::{Catalog, Error, ErrorKind, MetadataLocation};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use sqlx::Connection;
-
-use super::writer::{self, AppendOptions};
 
 /// Writes `add` as new data files (one partition per file) and commits them together with
 /// the removal of `remove` as ONE snapshot with the given `operation` (`"overwrite"`,
@@ -304,7 +302,7 @@ pub async fn commit_rewrite(
         .with_next_version()
         .with_new_metadata(&new_metadata);
     new_metadata.write_to(file_io, &new_location).await?;
-    swap_sqlite_pointer(
+    catalog_pointer::swap(
         table.identifier(),
         metadata.location(),
         &current_location,
@@ -398,92 +396,13 @@ fn unused_snapshot_id(metadata: &TableMetadata) -> i64 {
     }
 }
 
-/// The `catalog.db` of the [`writer::open_sql_catalog`] layout whose warehouse holds
-/// `table_location`, or of the catalog [`writer::open_sql_catalog_at`] opened on the
-/// object-store warehouse that holds it.
-fn sqlite_catalog_for(table_location: &str) -> iceberg::Result<PathBuf> {
-    if let Some(db) = writer::remote_warehouse_catalog(table_location) {
-        return Ok(db);
-    }
-    let path = Path::new(
-        table_location
-            .strip_prefix("file://")
-            .unwrap_or(table_location),
-    );
-    for dir in path.ancestors().skip(1) {
-        if let Ok((db, warehouse)) = writer::catalog_paths(dir)
-            && db.is_file()
-            && path.starts_with(&warehouse)
-        {
-            return Ok(db);
-        }
-    }
-    Err(Error::new(
-        ErrorKind::FeatureUnsupported,
-        format!(
-            "no SQLite catalog (`catalog.db` next to `warehouse/`) holds {table_location}; \
-             rewrite commits only to catalogs opened with writer::open_sql_catalog"
-        ),
-    ))
-}
-
-/// Points the table's catalog row at `new` if it still points at `current`, as
-/// `SqlCatalog::update_table` does.
-async fn swap_sqlite_pointer(
-    ident: &TableIdent,
-    table_location: &str,
-    current: &str,
-    new: &str,
-) -> iceberg::Result<()> {
-    let db = sqlite_catalog_for(table_location)?;
-    let sql = |e: sqlx::Error| {
-        Error::new(ErrorKind::Unexpected, "updating the SQLite catalog").with_source(e)
-    };
-    let options = sqlx::sqlite::SqliteConnectOptions::new()
-        .filename(&db)
-        .busy_timeout(std::time::Duration::from_secs(10));
-    let mut conn = sqlx::SqliteConnection::connect_with(&options)
-        .await
-        .map_err(sql)?;
-    let updated = sqlx::query(
-        "UPDATE iceberg_tables
-            SET metadata_location = ?, previous_metadata_location = ?
-          WHERE table_namespace = ? AND table_name = ? AND metadata_location = ?
-            AND (iceberg_type = 'TABLE' OR iceberg_type IS NULL)",
-    )
-    .bind(new)
-    .bind(current)
-    .bind(ident.namespace().join("."))
-    .bind(ident.name())
-    .bind(current)
-    .execute(&mut conn)
-    .await
-    .map_err(sql)?
-    .rows_affected();
-    conn.close().await.map_err(sql)?;
-    match updated {
-        1 => Ok(()),
-        0 => Err(Error::new(
-            ErrorKind::CatalogCommitConflicts,
-            format!(
-                "{ident} moved on from {current} (or is not in {})",
-                db.display()
-            ),
-        )
-        .with_retryable(true)),
-        n => Err(Error::new(
-            ErrorKind::Unexpected,
-            format!("{n} catalog rows point at {current}"),
-        )),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
 
     use arrow::array::{AsArray, Int32Array, Int64Array, StringArray};
     use arrow::datatypes::{Int32Type, Int64Type};
+    use iceberg::TableIdent;
     use iceberg::spec::{
         ManifestStatus, NestedField, PrimitiveType, Schema, Transform, Type, UnboundPartitionSpec,
     };
