@@ -337,8 +337,13 @@ pub(crate) mod tests {
         key: &[usize],
     ) -> Vec<(Op, Option<i64>, Option<i64>)> {
         let s = cancel_carryover(&schema(), &[rows(removed)], &[rows(added)], &[]).unwrap();
+        paired_ids(&s, key)
+    }
+
+    /// The changes `pair` makes of `s`, each side as its row's id.
+    fn paired_ids(s: &Survivors, key: &[usize]) -> Vec<(Op, Option<i64>, Option<i64>)> {
         let (d, i) = (ids(&s.deleted), ids(&s.inserted));
-        pair(&s, key)
+        pair(s, key)
             .unwrap()
             .into_iter()
             .map(|c| {
@@ -465,20 +470,8 @@ pub(crate) mod tests {
             (4, "d", Some(12)),
         ]);
         let s = cancel_carryover(&removed.schema(), &[removed], &[added], &[]).unwrap();
-        let (d, i) = (ids(&s.deleted), ids(&s.inserted));
-        let got: Vec<_> = pair(&s, &[])
-            .unwrap()
-            .into_iter()
-            .map(|c| {
-                (
-                    c.op,
-                    c.before.map(|b| d[b as usize]),
-                    c.after.map(|a| i[a as usize]),
-                )
-            })
-            .collect();
         assert_eq!(
-            got,
+            paired_ids(&s, &[]),
             vec![
                 (Op::Delete, Some(3), None),
                 (Op::Update, Some(2), Some(2)),

@@ -300,6 +300,14 @@ fn seed_list(seeds: &[u64]) -> String {
         .join(",")
 }
 
+/// [`written`], waited for off the async workers (a writer's panic is the test's).
+async fn written_off_the_runtime() -> Arc<Written> {
+    match tokio::task::spawn_blocking(written).await {
+        Ok(written) => written,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
+
 /// The histories of every seed of both tests, written by one run of the writer shared by
 /// the tests running at the same time. A failed run fails every test that wanted it.
 fn written() -> Arc<Written> {
@@ -625,10 +633,7 @@ async fn check(
         eprintln!("spark: no {mode} seeds ({var} is empty)");
         return;
     }
-    let written = match tokio::task::spawn_blocking(written).await {
-        Ok(written) => written,
-        Err(e) => std::panic::resume_unwind(e.into_panic()),
-    };
+    let written = written_off_the_runtime().await;
     let started = Instant::now();
     let histories = histories(&written, mode, seeds);
 
@@ -747,10 +752,7 @@ async fn a_node_killed_mid_merge_on_read_shuffle_loses_and_duplicates_nothing() 
     if seeds.is_empty() {
         return;
     }
-    let written = match tokio::task::spawn_blocking(written).await {
-        Ok(written) => written,
-        Err(e) => std::panic::resume_unwind(e.into_panic()),
-    };
+    let written = written_off_the_runtime().await;
     let histories = histories(&written, "mor", &seeds);
     let db = crate::support::fresh_database().await;
     let store = tempfile::tempdir().unwrap();
@@ -813,10 +815,7 @@ async fn spark_exports_carry_the_lineage_of_their_rows() {
         eprintln!("spark: no merge-on-read seeds (ICEFEED_SPARK_SEEDS is empty)");
         return;
     }
-    let written = match tokio::task::spawn_blocking(written).await {
-        Ok(written) => written,
-        Err(e) => std::panic::resume_unwind(e.into_panic()),
-    };
+    let written = written_off_the_runtime().await;
     let (node, _store) = Node::start_fresh().await;
     let mut failures = Vec::new();
     for h in histories(&written, "mor", &seeds) {
