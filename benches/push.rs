@@ -13,7 +13,7 @@
 //!    (deleted after), so that neither measured side pays for a cold OpenSearch (JIT);
 //!    initial load: creates a push subscription into a fresh index and times it from
 //!    creation until its lag is zero; then the bare loader sends the same events, made
-//!    into the same `_bulk` bodies by the same code (`item_for_event`, `split`, `encode`)
+//!    into the same `_bulk` bodies by the same code (`items_for_event`, `split`, `encode`)
 //!    into a second fresh index with the same settings, one request at a time, as the
 //!    push worker does (one batch in flight per subscription); with
 //!    `--clone-initial-load`, the bare index is a clone of icefeed's instead (untimed);
@@ -46,7 +46,7 @@ use bytes::Bytes;
 use clap::Parser;
 use icefeed::api::pages::{MORE_HEADER, NEXT_CURSOR_HEADER};
 use icefeed::delivery::opensearch::{OpenSearchClient, PushTarget, encode, split};
-use icefeed::delivery::push::item_for_event;
+use icefeed::delivery::push::items_for_event;
 use icefeed::demo::rewrite::live_data_files;
 use icefeed::store::{SourceTable, Store, TableId};
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
@@ -411,7 +411,7 @@ impl Bench {
             for line in body.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
                 // Any growing version does for a bare loader.
                 let version = items.len() as i64 + 1;
-                items.push(item_for_event(
+                items.extend(items_for_event(
                     line,
                     version,
                     &self.bare,

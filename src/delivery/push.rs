@@ -110,14 +110,14 @@ fn key_columns(raw: Option<&[u8]>) -> Result<Vec<String>, ItemError> {
     }
 }
 
-/// Builds the bulk item of one event (a line of [`super::JsonSink`] JSON) of `tables`,
-/// whose change set pushes external version `version`.
-pub fn item_for_event(
+/// Builds the bulk items of one event (a line of [`super::JsonSink`] JSON) of `tables`,
+/// whose change set pushes external version `version` (see [`items_for_parts`]).
+pub fn items_for_event(
     line: &[u8],
     version: i64,
     target: &PushTarget,
     tables: &[SourceTable],
-) -> Result<BulkItem, ItemError> {
+) -> Result<Vec<BulkItem>, ItemError> {
     let event: EventView =
         serde_json::from_slice(line).map_err(|e| ItemError::Malformed(e.to_string()))?;
     let table = tables
@@ -133,28 +133,62 @@ pub fn item_for_event(
         version,
         committed_at: event.committed_at,
     };
-    item_for_parts(&parts, target, table)
+    items_for_parts(&parts, target, table)
 }
 
 fn raw(value: Option<&RawValue>) -> Option<&[u8]> {
     value.map(|v| v.get().as_bytes())
 }
 
-/// Builds the bulk item of an event of `table` from its parts.
-pub fn item_for_parts(
+/// Builds the bulk items of an event of `table` from its parts: one, or two for an update
+/// that moves its document (a template id or routing that renders differently from the
+/// row before and the row after): the old document is deleted, the new one indexed, both
+/// at the event's version.
+pub fn items_for_parts(
     event: &EventParts<'_>,
     target: &PushTarget,
     table: &SourceTable,
-) -> Result<BulkItem, ItemError> {
+) -> Result<Vec<BulkItem>, ItemError> {
     if event.sequence_number <= 0 {
         return Err(ItemError::FormatV1(table.table_name.clone()));
     }
-    // The row the id and routing come from: the new row, or the deleted one.
-    let row = if event.delete {
-        event.before
-    } else {
-        event.after
+    let index = target
+        .index
+        .render(&table.namespace.join("."), &table.name, event.committed_at)?;
+    let item = |row: Option<&[u8]>, action: BulkAction| -> Result<BulkItem, ItemError> {
+        let (id, routing) = document_of(event, row, target)?;
+        Ok(BulkItem {
+            index: index.clone(),
+            id,
+            routing,
+            version: event.version,
+            action,
+        })
     };
+    if event.delete {
+        return Ok(vec![item(event.before, BulkAction::Delete)?]);
+    }
+    let after = event
+        .after
+        .ok_or_else(|| ItemError::Malformed("an insert or update without `after`".into()))?;
+    let indexed = item(
+        event.after,
+        BulkAction::Index(Bytes::copy_from_slice(after)),
+    )?;
+    let moved = match event.before {
+        Some(before) if target.renders_rows() => Some(item(Some(before), BulkAction::Delete)?)
+            .filter(|old| (&old.id, &old.routing) != (&indexed.id, &indexed.routing)),
+        _ => None,
+    };
+    Ok(moved.into_iter().chain([indexed]).collect())
+}
+
+/// The document id and routing of `row` (the row before or after) of `event`.
+fn document_of(
+    event: &EventParts<'_>,
+    row: Option<&[u8]>,
+    target: &PushTarget,
+) -> Result<(String, Option<String>), ItemError> {
     let row_map = || object(row);
     let id = match &target.document_id {
         DocumentId::IdentifierColumns => {
@@ -167,24 +201,7 @@ pub fn item_for_parts(
         Some(template) => Some(template.render(&row_map()?)?),
         None => None,
     };
-    let index = target
-        .index
-        .render(&table.namespace.join("."), &table.name, event.committed_at)?;
-    let action = if event.delete {
-        BulkAction::Delete
-    } else {
-        let after = event
-            .after
-            .ok_or_else(|| ItemError::Malformed("an insert or update without `after`".into()))?;
-        BulkAction::Index(Bytes::copy_from_slice(after))
-    };
-    Ok(BulkItem {
-        index,
-        id,
-        routing,
-        version: event.version,
-        action,
-    })
+    Ok((id, routing))
 }
 
 /// Creates the indices `items` go to (once per client), then sends `items` in runs

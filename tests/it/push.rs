@@ -409,6 +409,42 @@ async fn the_index_ends_equal_to_the_table_through_updates_moves_and_deletes() {
     node.shutdown().await;
 }
 
+/// A document id rendered from a column updates change (`{region}-{id}`; the history
+/// moves rows between regions): such an update deletes the old document and indexes the
+/// new one, so no document of a row's old values lingers.
+#[tokio::test]
+async fn an_update_that_changes_a_template_id_moves_the_document() {
+    let wh = Warehouse::new().await;
+    let mut model = Model::default();
+    let t = history(&wh, &mut model).await;
+    let (node, _dir) = push_node().await;
+    let index = unique_index("moves");
+    let by_region = json!({"document_id": "{region}-{id}"});
+    let sub = push_subscription(&node, &wh, target(&opensearch_url(), &index, by_region)).await;
+    let s = caught_up(&node, &sub, &t).await;
+    let have = documents(&index).await;
+    let want: BTreeMap<String, Value> = model
+        .documents()
+        .into_values()
+        .map(|(_, doc)| {
+            (
+                format!("{}-{}", doc["region"].as_str().unwrap(), doc["id"]),
+                doc,
+            )
+        })
+        .collect();
+    assert_eq!(
+        have.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>(),
+        "the index holds other documents than the table's rows"
+    );
+    for (id, doc) in &want {
+        assert_eq!(&have[id].1, doc, "document {id}");
+    }
+    assert_eq!(s["push"]["documents_rejected"], 0, "{s}");
+    node.shutdown().await;
+}
+
 #[tokio::test]
 async fn throttling_outages_and_dropped_connections_lose_nothing() {
     let wh = Warehouse::new().await;

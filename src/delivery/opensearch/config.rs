@@ -165,6 +165,12 @@ pub struct PushTarget {
 }
 
 impl PushTarget {
+    /// Whether a document's id or routing is rendered from its row's values (a
+    /// template), so that an update may move the document.
+    pub fn renders_rows(&self) -> bool {
+        matches!(self.document_id, DocumentId::Template(_)) || self.routing.is_some()
+    }
+
     /// Parses and checks registered settings.
     pub fn from_json(value: &Value) -> Result<Self, ConfigError> {
         let config: OpenSearchTarget = serde_json::from_value(value.clone())

@@ -18,7 +18,7 @@ use crate::change::Op;
 use crate::changes::Position;
 use crate::delivery::opensearch::{BulkAction, BulkItem, ItemOutcome, PushTarget, SendError};
 use crate::delivery::push::{
-    EventParts, ItemError, UNRENDERABLE, item_for_event, item_for_parts, send_items,
+    EventParts, ItemError, UNRENDERABLE, items_for_event, items_for_parts, send_items,
 };
 use crate::delivery::{Feed, FeedError, Framing, JsonSink, OpSet, Positions, Selection};
 use crate::store::{
@@ -389,11 +389,11 @@ impl BatchReader {
                 version: span.push_version,
                 committed_at: span.committed_at,
             };
-            let made = item_for_parts(&parts, &self.target, table);
+            let made = items_for_parts(&parts, &self.target, table);
             // A redrive makes the item again by parsing the line: it must come out the same.
             debug_assert_eq!(
                 made.as_ref().ok(),
-                item_for_event(
+                items_for_event(
                     &body[span.event.clone()],
                     span.push_version,
                     &self.target,
@@ -403,9 +403,11 @@ impl BatchReader {
                 .ok(),
             );
             match made {
-                Ok(item) => {
-                    batch.items.push(item);
-                    batch.origin.push(i);
+                Ok(items) => {
+                    for item in items {
+                        batch.items.push(item);
+                        batch.origin.push(i);
+                    }
                 }
                 Err(ItemError::Render(e)) => batch.unrenderable.push(dead_letter(
                     &body[span.event.clone()],

@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{BatchError, Pusher};
 use crate::delivery::opensearch::ItemOutcome;
-use crate::delivery::push::{UNRENDERABLE, item_for_event, send_items};
+use crate::delivery::push::{UNRENDERABLE, items_for_event, send_items};
 
 /// Dead letters sent per redrive round.
 const REDRIVE_BATCH: i64 = 500;
@@ -25,15 +25,17 @@ impl Pusher {
         let (mut items, mut sent, mut again) = (Vec::new(), Vec::new(), Vec::new());
         for letter in &letters {
             let line = serde_json::to_vec(&letter.event).expect("JSON values serialize");
-            match item_for_event(
+            match items_for_event(
                 &line,
                 letter.version,
                 &self.reader.target,
                 &self.reader.tables,
             ) {
-                Ok(item) => {
-                    items.push(item);
-                    sent.push(letter.id);
+                Ok(made) => {
+                    for item in made {
+                        items.push(item);
+                        sent.push(letter.id);
+                    }
                 }
                 // Its own problem, not the subscription's: it stays, saying why.
                 Err(e) => again.push((letter.id, UNRENDERABLE.to_string(), e.to_string())),
@@ -47,11 +49,23 @@ impl Pusher {
             cancel,
         )
         .await?;
+        // A letter is resolved when every item of its event went through (an update that
+        // moves its document is two).
         let mut resolved = Vec::new();
         for (id, outcome) in sent.into_iter().zip(outcomes) {
+            let refused = |again: &[(_, String, String)]| again.iter().any(|a| a.0 == id);
             match outcome {
-                ItemOutcome::Applied | ItemOutcome::AlreadyApplied => resolved.push(id),
-                ItemOutcome::Rejected(e) => again.push((id, e.error_type, e.reason)),
+                ItemOutcome::Applied | ItemOutcome::AlreadyApplied => {
+                    if !resolved.contains(&id) && !refused(&again) {
+                        resolved.push(id);
+                    }
+                }
+                ItemOutcome::Rejected(e) => {
+                    resolved.retain(|r| *r != id);
+                    if !refused(&again) {
+                        again.push((id, e.error_type, e.reason));
+                    }
+                }
             }
         }
         store
