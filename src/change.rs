@@ -109,13 +109,13 @@ impl Survivors {
 }
 
 /// The lineage a data file gives rows that do not carry their own (Iceberg v3): row
-/// `pos` has id `first_row_id + pos` and was last updated at the file's data sequence
-/// number.
+/// `pos` has id `first_row_id + pos` and was last updated by the commit that added the
+/// file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FileLineage {
     /// `None` for a file written before the table became v3: its rows have no lineage.
     pub first_row_id: Option<u64>,
-    /// The file's data sequence number.
+    /// The sequence number of the commit that added the file (its file sequence number).
     pub sequence_number: i64,
 }
 

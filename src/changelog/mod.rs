@@ -114,6 +114,15 @@ pub async fn plan_snapshot(
     table: &Table,
     snapshot: &SnapshotRef,
 ) -> Result<SnapshotPlan, PlanError> {
+    let parent = snapshot
+        .parent_snapshot_id()
+        .and_then(|id| table.metadata().snapshot_by_id(id));
+    let plan = plan_changes(table, snapshot).await?;
+    Ok(row_ids::as_of_parent(plan, parent.map(|p| p.as_ref())))
+}
+
+/// [`plan_snapshot`], the removed rows' lineage as the snapshot's manifests give it.
+async fn plan_changes(table: &Table, snapshot: &SnapshotRef) -> Result<SnapshotPlan, PlanError> {
     let id = snapshot.snapshot_id();
     let list = manifest_list(table, snapshot).await?;
     if has_deletes(&list) {
@@ -172,7 +181,8 @@ pub async fn plan_reset(
     from: &SnapshotRef,
     to: &SnapshotRef,
 ) -> Result<SnapshotPlan, PlanError> {
-    state::plan_reset(table, from, to).await
+    let plan = state::plan_reset(table, from, to).await?;
+    Ok(row_ids::as_of_parent(plan, Some(from.as_ref())))
 }
 
 /// Every live row of `snapshot` as inserts: the initial export of a table.

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, AsArray, Int64Array, Int64Builder, RecordBatch};
 use arrow::datatypes::Int64Type;
 use arrow::error::ArrowError;
-use iceberg::spec::{FormatVersion, ManifestEntry, ManifestFile, TableMetadata};
+use iceberg::spec::{FormatVersion, ManifestEntry, ManifestFile, Snapshot, TableMetadata};
 
+use super::SnapshotPlan;
 use crate::change::{FileLineage, table_width};
 
 /// Whether the rows of `metadata`'s table have lineage.
@@ -39,9 +40,12 @@ impl FirstRowIds {
     pub fn lineage(&mut self, entry: &ManifestEntry) -> Option<FileLineage> {
         let own = entry.data_file().first_row_id();
         let first_row_id = self.first_row_id(own, entry.record_count());
+        // The sequence number of the commit that added the file: Iceberg Java's readers
+        // (Spark) inherit it, not the data sequence number, which a compaction keeps older.
+        let added_at = entry.file_sequence_number.or(entry.sequence_number());
         self.tracked.then(|| FileLineage {
             first_row_id,
-            sequence_number: entry.sequence_number().unwrap_or(0),
+            sequence_number: added_at.unwrap_or(0),
         })
     }
 
@@ -54,10 +58,28 @@ impl FirstRowIds {
     }
 }
 
+/// `plan` of a snapshot whose parent state is `parent`, with the removed rows' lineage as
+/// the parent gave it: none when the parent was committed before the table became v3.
+/// (The commit that upgrades a table gives older files row ids in its own manifest list,
+/// which is where the removed files are read from; readers of the parent see none.)
+pub fn as_of_parent(plan: SnapshotPlan, parent: Option<&Snapshot>) -> SnapshotPlan {
+    match plan {
+        SnapshotPlan::Rewrite { mut removed, added }
+            if parent.is_some_and(|p| p.first_row_id().is_none()) =>
+        {
+            for lineage in removed.iter_mut().filter_map(|f| f.lineage.as_mut()) {
+                lineage.first_row_id = None;
+            }
+            SnapshotPlan::Rewrite { removed, added }
+        }
+        plan => plan,
+    }
+}
+
 /// `batch` (rows of `file` at positions `positions`, in order, read with lineage) with
 /// the lineage its rows did not materialize inherited from `file`: `_row_id` is
-/// `first_row_id + position`, `_last_updated_sequence_number` the file's data sequence
-/// number; both stay null in a file written before the table became v3.
+/// `first_row_id + position`, `_last_updated_sequence_number` the sequence number the file
+/// was added at; both stay null in a file written before the table became v3.
 pub fn inherit_lineage(
     batch: &RecordBatch,
     file: &FileLineage,

@@ -30,11 +30,12 @@
 //! `spark_exports_carry_the_lineage_of_their_rows` registers them at their last snapshot
 //! (`"start": "snapshot"`): one insert per live row, each with the lineage Spark reads.
 //!
-//! `ICEFEED_SPARK_SEEDS` (merge-on-read, default 1..=4) and `ICEFEED_SPARK_COW_SEEDS`
-//! (copy-on-write only, default 1..=2) pick the seeds, with the syntax of
-//! `ICEFEED_ORACLE_SEEDS`; an empty value runs none. A seed's low bits choose the table
-//! (bit 0 partitioned, bit 1 format v3, bit 2 granularity `partition` on v2), so 1..=8
-//! covers every shape. The tests on the local warehouse share one writer run (one Spark
+//! `ICEFEED_SPARK_SEEDS` (merge-on-read, default 1..=4 and 13) and
+//! `ICEFEED_SPARK_COW_SEEDS` (copy-on-write only, default 1..=2) pick the seeds, with the
+//! syntax of `ICEFEED_ORACLE_SEEDS`; an empty value runs none. A seed's low bits choose the
+//! table (bit 0 partitioned, bit 1 format v3, bit 2 granularity `partition` on v2, bit 3 a
+//! v2 table upgraded to v3 halfway: rows written before have no lineage until the
+//! upgrade's commit gives them ids), so 1..=15 covers every shape. The tests on the local warehouse share one writer run (one Spark
 //! session: its start is slow). Needs `ICEFEED_TEST_PYTHON` with pyspark and
 //! `ICEFEED_TEST_SPARK_JAR`, the Iceberg Spark runtime jar that scripts/spark.sh prints;
 //! scripts/test.sh sets both.
@@ -62,15 +63,15 @@ use crate::diffing::{
 use crate::support::{Node, id64, run_with_deadline};
 
 /// Merge-on-read seeds run when `ICEFEED_SPARK_SEEDS` is unset: v2 and v3, partitioned
-/// and not.
-const DEFAULT_SEEDS: std::ops::RangeInclusive<u64> = 1..=4;
+/// and not, and a partitioned v2 table upgraded to v3 halfway (13).
+const DEFAULT_SEEDS: &[u64] = &[1, 2, 3, 4, 13];
 /// Copy-on-write seeds run when `ICEFEED_SPARK_COW_SEEDS` is unset.
-const DEFAULT_COW_SEEDS: std::ops::RangeInclusive<u64> = 1..=2;
+const DEFAULT_COW_SEEDS: &[u64] = &[1, 2];
 /// Seeds of the tables on S3 when `ICEFEED_SPARK_S3_SEEDS` (copy-on-write) and
 /// `ICEFEED_SPARK_S3_MOR_SEEDS` (merge-on-read) are unset: unpartitioned v2, partitioned
 /// v2 and partitioned v3.
-const DEFAULT_S3_COW_SEEDS: std::ops::RangeInclusive<u64> = 1..=2;
-const DEFAULT_S3_MOR_SEEDS: std::ops::RangeInclusive<u64> = 3..=3;
+const DEFAULT_S3_COW_SEEDS: &[u64] = &[1, 2];
+const DEFAULT_S3_MOR_SEEDS: &[u64] = &[3];
 /// The writer is stopped after this long.
 const WRITER_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
@@ -92,7 +93,11 @@ struct History {
     mode: String,
     table: String,
     location: String,
+    /// At the end of the history.
     format_version: u8,
+    /// Whether it was upgraded from v2 to v3 halfway.
+    #[serde(default)]
+    upgraded: bool,
     partitioned: bool,
     granularity: String,
     seconds: f64,
@@ -145,11 +150,16 @@ enum Pairing {
 impl History {
     fn describe(&self) -> String {
         format!(
-            "{} (seed {}, {}, v{}, {}, granularity {})",
+            "{} (seed {}, {}, v{}{}, {}, granularity {})",
             self.table,
             self.seed,
             self.mode,
             self.format_version,
+            if self.upgraded {
+                " upgraded from v2"
+            } else {
+                ""
+            },
             if self.partitioned {
                 "partitioned"
             } else {
@@ -285,11 +295,11 @@ fn cow_seeds() -> Vec<u64> {
     spark_seeds("ICEFEED_SPARK_COW_SEEDS", DEFAULT_COW_SEEDS)
 }
 
-fn spark_seeds(var: &str, default: std::ops::RangeInclusive<u64>) -> Vec<u64> {
+fn spark_seeds(var: &str, default: &[u64]) -> Vec<u64> {
     if std::env::var(var).is_ok_and(|v| v.trim().is_empty()) {
         return Vec::new();
     }
-    seeds_in(var).unwrap_or_else(|| default.collect())
+    seeds_in(var).unwrap_or_else(|| default.to_vec())
 }
 
 fn seed_list(seeds: &[u64]) -> String {

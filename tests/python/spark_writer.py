@@ -36,10 +36,12 @@ Usage:
                table's current metadata file is found through the catalog and read from S3.
 A seed's low bits choose the table's shape: bit 0 partitioned by `part`, bit 1 format
 version 3 (deletion vectors) instead of 2, bit 2 (v2) `write.delete.granularity=partition`
-instead of `file`. The JSON written to --out:
+instead of `file`, bit 3 (v2) an upgrade to version 3 halfway through the history. The
+JSON written to --out:
   {"spark": ..., "iceberg": ..., "seconds": ..., "histories": [
      {"seed", "mode": "mor"|"cow", "table": "spark.mor_seed_3", "location",
-      "format_version", "partitioned", "granularity", "seconds", "identifier",
+      "format_version" (at the end), "upgraded", "partitioned", "granularity", "seconds",
+      "identifier",
       "snapshots": [{"snapshot_id", "parent_id", "sequence_number", "operation",
                      "statement", "sql", "schema_changes", "modes", "summary",
                      "schema_id", "columns": [{"id", "name"}], "identifier",
@@ -56,7 +58,7 @@ reads them with that schema: objects keyed by exactly the names in `columns`, so
 the identifier; ints and strings as such, floats as JSON numbers (always k + 0.5 or
 k + 0.25, so their text is exact), decimals as strings with their 2 fractional digits
 ("12.30", "-0.05"), null. A history's `identifier` names its identifier fields at the
-end. `lineage` (v3 tables; null on v2) is each row's `_row_id` and
+end. `lineage` (v3 tables, upgraded ones too; null on v2) is each row's `_row_id` and
 `_last_updated_sequence_number` as Spark reads them at the snapshot (integers, null
 when unknown), with the row's identifier value, sorted by it; no two rows share a row
 id. A statement that commits nothing (a rewrite with nothing to do) is not listed.
@@ -289,6 +291,8 @@ class History:
         self.partitioned = bool(seed & 1)
         self.format_version = 3 if seed & 2 else 2
         self.granularity = "partition" if (seed & 4 and self.format_version == 2) else "file"
+        # A v2 table upgraded to v3 halfway: rows of its older files get row ids then.
+        self.upgrades = bool(seed & 8) and self.format_version == 2
         self.name = f"{namespace}.{mode}_seed_{seed}"
         self.table = f"{CATALOG}.{self.name}"
         self.schema = [
@@ -813,6 +817,9 @@ class History:
         for step in range(steps):
             name = "switch_mode"
             try:
+                if self.upgrades and step == steps // 2:
+                    name = "upgrade"
+                    self.upgrade()
                 if self.mode == "mor" and step > 0 and self.rng.random() < 0.15:
                     self.switch_mode()
                 # Schema changes between data steps, sometimes several in a row (schemas
@@ -843,6 +850,13 @@ class History:
             f"from {self.statements} statements in {self.seconds:.1f} s"
         )
 
+    def upgrade(self) -> None:
+        """Upgrades the table to format version 3 (row lineage, deletion vectors)."""
+        self.sql(f"ALTER TABLE {self.table} SET TBLPROPERTIES ('format-version' = '3')")
+        if self.metadata()["format-version"] != 3:
+            raise StepError("the table was not upgraded to format version 3")
+        self.format_version = 3
+
     def metadata(self):
         return self.tables.metadata(self.spark, self.name)
 
@@ -853,6 +867,7 @@ class History:
             "table": self.name,
             "location": self.location,
             "format_version": self.format_version,
+            "upgraded": self.upgrades,
             "partitioned": self.partitioned,
             "granularity": self.granularity,
             "seconds": round(self.seconds, 2),
