@@ -8,7 +8,9 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, AsArray, Int64Array, Int64Builder, RecordBatch};
 use arrow::datatypes::Int64Type;
 use arrow::error::ArrowError;
-use iceberg::spec::{FormatVersion, ManifestEntry, ManifestFile, Snapshot, TableMetadata};
+use iceberg::spec::{
+    FormatVersion, ManifestEntry, ManifestFile, ManifestStatus, Snapshot, TableMetadata,
+};
 
 use super::SnapshotPlan;
 use crate::change::{FileLineage, table_width};
@@ -19,8 +21,8 @@ pub fn tracks_lineage(metadata: &TableMetadata) -> bool {
 }
 
 /// The first row ids of one manifest's data files: every data entry must be passed to
-/// [`FirstRowIds::lineage`] in manifest order, since a file without a first row id takes
-/// the manifest's plus the rows of the files before it that had none.
+/// [`FirstRowIds::lineage`] in manifest order, since a live file without a first row id
+/// takes the manifest's plus the rows of the live files before it that had none.
 pub struct FirstRowIds {
     next: Option<u64>,
     tracked: bool,
@@ -39,7 +41,12 @@ impl FirstRowIds {
     /// table's rows have none.
     pub fn lineage(&mut self, entry: &ManifestEntry) -> Option<FileLineage> {
         let own = entry.data_file().first_row_id();
-        let first_row_id = self.first_row_id(own, entry.record_count());
+        // A manifest's ids cover its live rows (added and existing, as the manifest list
+        // counts them): a deleted entry inherits none and takes none from the others.
+        let first_row_id = match entry.status() {
+            ManifestStatus::Deleted => own.and_then(|id| u64::try_from(id).ok()),
+            _ => self.first_row_id(own, entry.record_count()),
+        };
         // The sequence number of the commit that added the file: Iceberg Java's readers
         // (Spark) inherit it, not the data sequence number, which a compaction keeps older.
         let added_at = entry.file_sequence_number.or(entry.sequence_number());
