@@ -124,9 +124,9 @@ pub struct FileLineage {
 pub const ROW_ID: &str = "_row_id";
 /// The sequence number of the snapshot that last added or updated the row.
 pub const LAST_UPDATED: &str = "_last_updated_sequence_number";
-/// Iceberg's reserved field ids of the two, under which writers materialize them.
-pub const ROW_ID_FIELD_ID: i32 = 2147483540;
-pub const LAST_UPDATED_FIELD_ID: i32 = 2147483539;
+/// Iceberg's reserved field ids of the two, in the order of [`lineage_fields`], under
+/// which writers materialize them.
+pub const LINEAGE_FIELD_IDS: [i32; 2] = [2147483540, 2147483539];
 /// Field metadata marking a lineage column: a table column of the same name is not one.
 const LINEAGE_MARK: &str = "icefeed:row-lineage";
 

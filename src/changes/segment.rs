@@ -24,7 +24,7 @@ use roaring::RoaringTreemap;
 
 use super::deleted_rows;
 use super::store::{ChangeStore, ChangeStoreError};
-use crate::change::{LAST_UPDATED_FIELD_ID, ROW_ID_FIELD_ID, lineage_fields};
+use crate::change::{LINEAGE_FIELD_IDS, lineage_fields};
 
 /// Footers (and deleted rows) kept in memory; a page read then costs only the data it
 /// needs.
@@ -133,10 +133,7 @@ impl ReadSchema {
             .map(|f| f.as_ref().clone().with_nullable(true))
             .collect();
         if self.lineage {
-            for (field, id) in lineage_fields()
-                .into_iter()
-                .zip([ROW_ID_FIELD_ID, LAST_UPDATED_FIELD_ID])
-            {
+            for (field, id) in lineage_fields().into_iter().zip(LINEAGE_FIELD_IDS) {
                 let id = HashMap::from([(PARQUET_FIELD_ID_META_KEY.to_string(), id.to_string())]);
                 fields.push(field.with_metadata(id));
             }
@@ -146,9 +143,12 @@ impl ReadSchema {
 
     /// The field ids read from files, lineage included.
     fn read_field_ids(&self) -> impl Iterator<Item = i32> + '_ {
-        let lineage = [ROW_ID_FIELD_ID, LAST_UPDATED_FIELD_ID];
-        let lineage = if self.lineage { &lineage[..] } else { &[] };
-        self.field_ids.iter().copied().chain(lineage.to_vec())
+        let lineage: &[i32] = if self.lineage {
+            &LINEAGE_FIELD_IDS
+        } else {
+            &[]
+        };
+        self.field_ids.iter().chain(lineage).copied()
     }
 }
 
@@ -234,15 +234,7 @@ impl SegmentReader {
             Some(schema) => projection(&metadata, schema),
             None => ProjectionMask::all(),
         };
-        let (first, selectors) = match segment.deleted_rows {
-            Some(deleted) => {
-                let deleted = self.deleted_rows(deleted).await?;
-                let (first, selectors) =
-                    deleted_rows::file_rows(&deleted, offset as u64, count as u64);
-                (first as usize, selectors)
-            }
-            None => (offset, vec![RowSelector::select(count)]),
-        };
+        let (first, selectors) = self.file_rows(segment, offset, count).await?;
         let span: usize = selectors.iter().map(|s| s.row_count).sum();
 
         // Only the row groups that overlap the file rows are read at all.
@@ -289,21 +281,35 @@ impl SegmentReader {
         offset: usize,
         count: usize,
     ) -> Result<Vec<u64>, ChangeStoreError> {
-        let (offset, count) = (offset as u64, count as u64);
-        let Some(deleted) = segment.deleted_rows else {
-            return Ok((offset..offset + count).collect());
-        };
-        let deleted = self.deleted_rows(deleted).await?;
-        let (mut row, selectors) = deleted_rows::file_rows(&deleted, offset, count);
-        let mut positions = Vec::with_capacity(count as usize);
+        let (mut row, selectors) = self.file_rows(segment, offset, count).await?;
+        let mut positions = Vec::with_capacity(count);
         for selector in selectors {
-            let rows = selector.row_count as u64;
+            let rows = selector.row_count;
             if !selector.skip {
-                positions.extend(row..row + rows);
+                positions.extend((row..row + rows).map(|r| r as u64));
             }
             row += rows;
         }
         Ok(positions)
+    }
+
+    /// The file rows of events `offset .. offset + count` of `segment`: the first, and
+    /// a selection from it that skips the rows that are not events.
+    async fn file_rows(
+        &self,
+        segment: SegmentFile<'_>,
+        offset: usize,
+        count: usize,
+    ) -> Result<(usize, Vec<RowSelector>), ChangeStoreError> {
+        Ok(match segment.deleted_rows {
+            Some(deleted) => {
+                let deleted = self.deleted_rows(deleted).await?;
+                let (first, selectors) =
+                    deleted_rows::file_rows(&deleted, offset as u64, count as u64);
+                (first as usize, selectors)
+            }
+            None => (offset, vec![RowSelector::select(count)]),
+        })
     }
 
     /// The deleted rows stored at `key`, read once per node.
@@ -406,10 +412,7 @@ pub fn conform(batch: &RecordBatch, schema: &ReadSchema) -> Result<RecordBatch, 
         columns.push(column);
     }
     if schema.lineage {
-        for (field, id) in lineage_fields()
-            .into_iter()
-            .zip([ROW_ID_FIELD_ID, LAST_UPDATED_FIELD_ID])
-        {
+        for (field, id) in lineage_fields().into_iter().zip(LINEAGE_FIELD_IDS) {
             let column = match column_of(batch.schema_ref(), id) {
                 Some(i) => cast(batch.column(i), &DataType::Int64)?,
                 None => new_null_array(&DataType::Int64, rows),

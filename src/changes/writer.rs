@@ -40,8 +40,10 @@ pub fn encode_changes(
     changes: &[ChangeRow],
 ) -> Result<Bytes, ChangeStoreError> {
     let ops = Int8Array::from(changes.iter().map(|c| c.op.code()).collect::<Vec<_>>());
-    let before = side(&survivors.deleted, changes.iter().map(|c| c.before))?;
-    let after = side(&survivors.inserted, changes.iter().map(|c| c.after))?;
+    let befores: Vec<Option<u32>> = changes.iter().map(|c| c.before).collect();
+    let afters: Vec<Option<u32>> = changes.iter().map(|c| c.after).collect();
+    let before = side(&survivors.deleted, &befores)?;
+    let after = side(&survivors.inserted, &afters)?;
     let mut fields = vec![
         Field::new(OP, DataType::Int8, false),
         Field::new(BEFORE, before.data_type().clone(), true),
@@ -49,24 +51,18 @@ pub fn encode_changes(
     ];
     let mut columns: Vec<ArrayRef> = vec![Arc::new(ops), before, after];
     for (names, rows, pick) in [
-        (
-            BEFORE_LINEAGE,
-            &survivors.deleted,
-            changes.iter().map(|c| c.before).collect::<Vec<_>>(),
-        ),
-        (
-            AFTER_LINEAGE,
-            &survivors.inserted,
-            changes.iter().map(|c| c.after).collect(),
-        ),
+        (BEFORE_LINEAGE, &survivors.deleted, &befores),
+        (AFTER_LINEAGE, &survivors.inserted, &afters),
     ] {
-        let width = table_width(rows.schema_ref());
-        if width == rows.num_columns() {
+        let lineage = &rows.columns()[table_width(rows.schema_ref())..];
+        if lineage.is_empty() {
             continue;
         }
-        for (name, column) in names.into_iter().zip(&rows.columns()[width..]) {
+        // Row `i` where `pick` says `Some(i)`, null elsewhere.
+        let indices = UInt32Array::from(pick.clone());
+        for (name, column) in names.into_iter().zip(lineage) {
             fields.push(Field::new(name, DataType::Int64, true));
-            columns.push(take_or_null(column, &pick)?);
+            columns.push(take(column, &indices, None)?);
         }
     }
     if !survivors.regained.is_empty() {
@@ -98,22 +94,15 @@ pub fn encode_changes(
     Ok(Bytes::from(out))
 }
 
-/// Row `i` of `column` where `pick` says `Some(i)`, null elsewhere.
-fn take_or_null(column: &ArrayRef, pick: &[Option<u32>]) -> Result<ArrayRef, ArrowError> {
-    take(column, &UInt32Array::from(pick.to_vec()), None)
-}
-
 /// A struct column of the table's columns, taking row `i` of `rows` where `pick` says
 /// `Some(i)`, null elsewhere.
-fn side(
-    rows: &RecordBatch,
-    pick: impl Iterator<Item = Option<u32>>,
-) -> Result<ArrayRef, ArrowError> {
+fn side(rows: &RecordBatch, pick: &[Option<u32>]) -> Result<ArrayRef, ArrowError> {
     let width = table_width(rows.schema_ref());
     let present = StructArray::from(rows.project(&(0..width).collect::<Vec<_>>())?);
     let absent = StructArray::new_null(present.fields().clone(), 1);
     let indices: Vec<(usize, usize)> = pick
-        .map(|p| match p {
+        .iter()
+        .map(|p| match *p {
             Some(i) => (0, i as usize),
             None => (1, 0),
         })

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray, new_null_array};
+use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow::compute::{cast, interleave};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::ipc::writer::StreamWriter;
@@ -103,13 +103,7 @@ impl EventSink for ArrowSink {
     fn write(&mut self, batch: &EventBatch<'_>, rows: &[usize]) -> Result<(), FeedError> {
         let mut picks = Vec::with_capacity(rows.len() + rows.len() / 4);
         let mut types = Vec::with_capacity(picks.capacity());
-        let mut anomalies: Vec<Option<&str>> = Vec::new();
         for &row in rows {
-            let anomaly = batch.anomaly(row)?.map(Anomaly::as_str);
-            if anomaly.is_some() && anomalies.is_empty() {
-                anomalies.resize(types.len(), None);
-            }
-            let before = types.len();
             match batch.op(row)? {
                 Op::Insert => {
                     picks.push((AFTER, row));
@@ -123,9 +117,6 @@ impl EventSink for ArrowSink {
                     picks.extend([(BEFORE, row), (AFTER, row)]);
                     types.extend(["UPDATE_BEFORE", "UPDATE_AFTER"]);
                 }
-            }
-            if !anomalies.is_empty() {
-                anomalies.resize(anomalies.len() + types.len() - before, anomaly);
             }
         }
         let after = batch
@@ -174,11 +165,11 @@ impl EventSink for ArrowSink {
                 .collect();
             columns.push(Arc::new(lineage));
         }
-        columns.push(if anomalies.is_empty() {
-            new_null_array(&DataType::Utf8, n)
-        } else {
-            Arc::new(StringArray::from(anomalies))
-        });
+        let anomalies = picks
+            .iter()
+            .map(|&(_, row)| Ok(batch.anomaly(row)?.map(Anomaly::as_str)))
+            .collect::<Result<StringArray, FeedError>>()?;
+        columns.push(Arc::new(anomalies));
         self.batches
             .push(RecordBatch::try_new(schema.clone(), columns)?);
         Ok(())
