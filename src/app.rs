@@ -83,6 +83,7 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
         context: TaskContext {
             store: store.clone(),
             changes: changes.clone(),
+            feed: state.feed.clone(),
             catalogs: catalogs.clone(),
             file_concurrency: settings.scheduler.file_concurrency,
             map_memory_bytes: settings.scheduler.map_memory_bytes,
@@ -109,6 +110,7 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
         store: store.clone(),
         changes: changes.clone(),
         settings: settings.retention.clone(),
+        scheduler: settings.scheduler.clone(),
     };
     let janitor_stop = stop.clone();
     services.spawn(&mut background, "janitor", stop.clone(), move || {

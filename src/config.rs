@@ -226,6 +226,9 @@ pub struct RetentionSettings {
     /// reads that found them just before they were pruned can finish.
     #[serde(with = "humantime_serde")]
     pub grace: Duration,
+    /// How long the net changes of a range are kept after a consumer last read them.
+    #[serde(with = "humantime_serde")]
+    pub net_idle: Duration,
 }
 
 impl Default for RetentionSettings {
@@ -233,6 +236,7 @@ impl Default for RetentionSettings {
         Self {
             interval: Duration::from_secs(60),
             grace: Duration::from_secs(60),
+            net_idle: Duration::from_secs(3600),
         }
     }
 }

@@ -35,11 +35,14 @@ impl Default for TableId {
     }
 }
 
-/// What a task does: the two steps of a change set's shuffle.
+/// What a task does: the two steps of a change set's shuffle, and of the shuffle that
+/// nets a range of a feed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TaskKind {
     Map,
     Reduce,
+    NetMap,
+    NetReduce,
 }
 
 impl TaskKind {
@@ -48,13 +51,20 @@ impl TaskKind {
         match self {
             TaskKind::Map => "map",
             TaskKind::Reduce => "reduce",
+            TaskKind::NetMap => "net_map",
+            TaskKind::NetReduce => "net_reduce",
         }
     }
 
     /// The kind stored as `kind`.
     pub fn parse(kind: &str) -> Option<Self> {
-        [TaskKind::Map, TaskKind::Reduce]
-            .into_iter()
-            .find(|k| k.as_str() == kind)
+        [
+            TaskKind::Map,
+            TaskKind::Reduce,
+            TaskKind::NetMap,
+            TaskKind::NetReduce,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == kind)
     }
 }

@@ -51,8 +51,19 @@ pub struct PageQuery {
     /// Seconds to wait for events when none are available (a long poll): the answer
     /// comes as soon as events are published, or as an empty page with the same cursor
     /// when the wait ends. 0 (default) answers at once; at most `api.max_wait` (60 s).
+    /// With `net=true`: how long to wait for the range's net changes to be computed
+    /// before answering `202`.
     #[param(minimum = 0)]
     pub wait: Option<i64>,
+    /// `true`: the net changes of the range after `after` up to `until`, at most one
+    /// event per key (the multiset difference of whole rows without identifier
+    /// columns), each with the snapshot of its key's last change. Computed once per
+    /// range and shared; `202` while being computed. The last page's `next` is the feed
+    /// cursor of `until`. A cursor into net changes continues them without it.
+    pub net: Option<bool>,
+    /// With `net=true`: the feed cursor the range ends at (included); default: the head
+    /// of the feed when the range is first asked for.
+    pub until: Option<String>,
 }
 
 /// One change event (the canonical form; fields are added, never renamed).
@@ -89,7 +100,8 @@ pub struct ChangeEvent {
     pub snapshot_id: Int64,
     /// Its sequence number.
     pub sequence_number: Int64,
-    /// When it was committed (RFC 3339, UTC, milliseconds).
+    /// When it was committed (RFC 3339, UTC, milliseconds). In net changes: the snapshot
+    /// of the key's last change in the range, and `position` is a cursor into them.
     #[schema(format = DateTime)]
     pub committed_at: String,
     /// The Iceberg schema the rows are read with (`GET /v1/tables/{id}/schemas/{schema_id}`).
@@ -133,8 +145,8 @@ pub struct ChangePage {
 /// columns plus `_change_type` (INSERT, DELETE, UPDATE_BEFORE, UPDATE_AFTER),
 /// `_change_ordinal`, `_commit_snapshot_id`, `_row_id` and `_last_updated_sequence_number`
 /// (row lineage, v3 tables) and `_anomaly` (the event's `anomaly`, null for most);
-/// `format` overrides `Accept`. NDJSON and
-/// Arrow pages carry the next cursor and whether more events are available in the
+/// `format` overrides `Accept`. With `net=true`, the net changes of a range
+/// (see `net`, `until`). NDJSON and Arrow pages carry the next cursor and whether more events are available in the
 /// `Icefeed-Next-Cursor` and `Icefeed-More` headers. An Arrow page holds events of one
 /// schema; a schema change ends the page early.
 #[utoipa::path(
@@ -151,9 +163,16 @@ pub struct ChangePage {
             ("Icefeed-More" = bool, description = "Whether more events are available now"),
             ("Icefeed-Count" = u64, description = "Events in the page"),
         )),
-        (status = 400, description = "Malformed or foreign cursor, or one beyond the feed (`cursor_ahead`); limit or wait out of range, unknown operation or column; NUL in a parameter (`invalid_text`)", body = Problem, content_type = "application/problem+json"),
+        (status = 202, description = "Net changes: the range is being computed; ask again with `until` set to the body's (`Location` has the URL)", body = super::net::NetPending,
+        headers(
+            ("Retry-After" = u32, description = "Seconds to wait before asking again"),
+            ("Location" = String, description = "The request for the same range"),
+        )),
+        (status = 400, description = "Malformed or foreign cursor, or one beyond the feed (`cursor_ahead`); limit or wait out of range, unknown operation or column; NUL in a parameter (`invalid_text`); `until` before `after` or a cursor into net changes (`range_invalid`)", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such table", body = Problem, content_type = "application/problem+json"),
-        (status = 410, description = "The events after the cursor were removed by retention; `earliest` holds the oldest available cursor", body = Problem, content_type = "application/problem+json"),
+        (status = 410, description = "The events after the cursor were removed by retention (`position_expired`; `earliest` holds the oldest available cursor), or the net changes of a range are no longer kept (`net_range_expired`)", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Net changes: the schema changed within the range (`net_range_spans_schemas`; `split_at` holds where), or the identifier columns are not unique at one end of it (`net_changes_failed`)", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Net changes: computing them failed for a passing reason (`net_changes_failed`); asking again computes them afresh", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn get_changes(
@@ -163,6 +182,15 @@ pub async fn get_changes(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let table = load(&state, &id).await?;
+    if super::net::is_net(&query) {
+        return super::net::net_page(&state, &table, &query, &headers).await;
+    }
+    if query.until.is_some() {
+        return Err(ApiError::bad_request(
+            "range_invalid",
+            "`until` ends a range of net changes: pass `net=true` with it",
+        ));
+    }
     let limit = page_limit(&state, query.limit)?;
     let wait = long_poll_wait(&state, query.wait)?;
     let after = start_position(&state, &table, query.after.as_deref()).await?;

@@ -8,6 +8,7 @@ pub mod error;
 pub mod extract;
 pub mod health;
 pub mod limits;
+pub mod net;
 pub mod pages;
 pub mod request_metrics;
 pub mod stream;

@@ -19,34 +19,72 @@ pub struct ChangeSetKey {
 }
 
 impl ChangeSetKey {
-    /// The prefix of the change set's segments.
-    pub fn prefix(&self) -> String {
+    fn name(&self) -> String {
+        format!("{}-{}", self.ordinal, self.snapshot_id)
+    }
+}
+
+impl ShuffleKey for ChangeSetKey {
+    fn prefix(&self) -> String {
         format!("tables/{}/change-sets/{}", self.table, self.name())
     }
 
-    /// The key of segment `n`.
-    pub fn segment(&self, n: usize) -> String {
-        format!("{}/{n:06}.parquet", self.prefix())
-    }
-
-    /// The prefix of its shuffle files, which are garbage once it is published.
-    pub fn shuffle_prefix(&self) -> String {
+    fn shuffle_prefix(&self) -> String {
         format!("shuffle/{}/{}", self.table, self.name())
     }
 
+    fn task_prefix(&self) -> String {
+        format!("{}/{}", self.table, self.name())
+    }
+}
+
+/// The net changes of one range of a table's feed, by the range's id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NetRangeKey {
+    pub table: TableId,
+    pub range: i64,
+}
+
+impl ShuffleKey for NetRangeKey {
+    fn prefix(&self) -> String {
+        format!("tables/{}/net/{}", self.table, self.range)
+    }
+
+    fn shuffle_prefix(&self) -> String {
+        format!("shuffle/{}/net-{}", self.table, self.range)
+    }
+
+    fn task_prefix(&self) -> String {
+        format!("{}/net-{}", self.table, self.range)
+    }
+}
+
+/// What a shuffle computes (a change set, or the net changes of a range): the prefixes
+/// of its segments, shuffle files and task ids, which no two computations share.
+pub trait ShuffleKey {
+    /// The prefix of its segments.
+    fn prefix(&self) -> String;
+
+    /// The prefix of its shuffle files, which are garbage once it is done.
+    fn shuffle_prefix(&self) -> String;
+
+    /// The prefix of its task ids.
+    fn task_prefix(&self) -> String;
+
+    /// The key of segment `n`.
+    fn segment(&self, n: usize) -> String {
+        format!("{}/{n:06}.parquet", self.prefix())
+    }
+
     /// The key of shuffle file `name` of task `task`.
-    pub fn shuffle_file(&self, task: &str, name: &str) -> String {
+    fn shuffle_file(&self, task: &str, name: &str) -> String {
         let n = task.rsplit('/').next().unwrap_or(task);
         format!("{}/m{n}-{name}.arrow", self.shuffle_prefix())
     }
 
     /// The id of its task `n` of `kind`; ids sort in task order.
-    pub fn task_id(&self, kind: TaskKind, n: usize) -> String {
-        format!("{}/{}/{}/{n:06}", self.table, self.name(), kind.as_str())
-    }
-
-    fn name(&self) -> String {
-        format!("{}-{}", self.ordinal, self.snapshot_id)
+    fn task_id(&self, kind: TaskKind, n: usize) -> String {
+        format!("{}/{}/{n:06}", self.task_prefix(), kind.as_str())
     }
 }
 
@@ -97,6 +135,44 @@ mod tests {
         assert_eq!(
             key(3, 7).shuffle_file("t/3-7/map/000002", "0001"),
             format!("shuffle/{table}/3-7/m000002-0001.arrow")
+        );
+    }
+
+    #[test]
+    fn net_ranges_share_no_key_with_change_sets_or_each_other() {
+        let table = TableId(uuid::Uuid::nil());
+        let net = |range| NetRangeKey { table, range };
+        let change_set = ChangeSetKey {
+            table,
+            ordinal: 3,
+            snapshot_id: 7,
+        };
+        let (a, b) = (net(3), net(30));
+        assert!(!a.prefix().starts_with(&format!("{}/", b.prefix())));
+        assert!(!b.prefix().starts_with(&format!("{}/", a.prefix())));
+        assert_ne!(
+            a.task_id(TaskKind::NetMap, 0),
+            b.task_id(TaskKind::NetMap, 0)
+        );
+        assert!(!net(3).prefix().starts_with(&change_set.prefix()));
+        assert_ne!(net(3).shuffle_prefix(), change_set.shuffle_prefix());
+        assert_eq!(
+            net(3).segment(1),
+            format!("tables/{table}/net/3/000001.parquet")
+        );
+        assert_eq!(
+            net(3).task_id(TaskKind::NetReduce, 2),
+            format!("{table}/net-3/net_reduce/000002")
+        );
+        assert!(
+            table_prefixes(table)
+                .iter()
+                .any(|p| net(3).prefix().starts_with(p))
+        );
+        assert!(
+            table_prefixes(table)
+                .iter()
+                .any(|p| net(3).shuffle_prefix().starts_with(p))
         );
     }
 }

@@ -1,4 +1,5 @@
-//! Change sets in the object store: segments, positions (cursors) and the JSON event form.
+//! Change sets and net ranges in the object store: segments, positions (cursors) and the
+//! JSON event form.
 
 pub mod deleted_rows;
 pub mod json;
@@ -10,7 +11,7 @@ pub mod store;
 pub mod subscription_cursor;
 pub mod writer;
 
-pub use key::ChangeSetKey;
-pub use position::{CursorError, Position};
+pub use key::{ChangeSetKey, NetRangeKey, ShuffleKey};
+pub use position::{Cursor, CursorError, NetPosition, Position};
 pub use segment::{ReadSchema, SegmentFile, SegmentReader};
 pub use store::{ChangeStore, ChangeStoreError, StoredSegment};

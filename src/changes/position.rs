@@ -3,7 +3,9 @@
 //! A position is "after `consumed` events of change set `ordinal`"; the start of the
 //! feed is (0, 0). A cursor is `base64url(version | table id | ordinal | consumed)`:
 //! versioned so the format can change, and bound to its table so that a cursor of one
-//! table is refused by another instead of silently pointing somewhere.
+//! table is refused by another instead of silently pointing somewhere. A position in
+//! the net changes of a range ([`NetPosition`]) is a cursor of its own version, with the
+//! range's id in place of the ordinal.
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -12,6 +14,8 @@ use uuid::Uuid;
 use crate::ids::TableId;
 
 const VERSION: u8 = 1;
+/// The version of cursors into the net changes of a range (2 is subscriptions').
+const NET_VERSION: u8 = 3;
 const ENCODED_LEN: usize = 1 + 16 + 8 + 8;
 
 /// Where a consumer stands in one table's feed.
@@ -51,6 +55,90 @@ pub(crate) fn foreign_version(byte: u8) -> CursorError {
     }
 }
 
+/// Where a consumer stands in the net changes of one range of a table's feed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NetPosition {
+    /// The range's id.
+    pub range: i64,
+    /// Events of its net changes already consumed.
+    pub consumed: i64,
+}
+
+/// A cursor of either kind.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cursor {
+    Feed(Position),
+    Net(NetPosition),
+}
+
+impl Cursor {
+    /// Decodes a cursor issued for `table`, of either kind.
+    pub fn parse(cursor: &str, table: TableId) -> Result<Self, CursorError> {
+        let (version, a, b) = decode(cursor, table, &[VERSION, NET_VERSION])?;
+        Ok(if version == NET_VERSION {
+            Cursor::Net(NetPosition {
+                range: a,
+                consumed: b,
+            })
+        } else {
+            Cursor::Feed(Position {
+                ordinal: a,
+                consumed: b,
+            })
+        })
+    }
+}
+
+impl NetPosition {
+    /// Whether `cursor` is one into net changes (of any table): it says so first.
+    pub fn is_net_cursor(cursor: &str) -> bool {
+        let head: String = cursor.trim().chars().take(4).collect();
+        URL_SAFE_NO_PAD
+            .decode(head)
+            .is_ok_and(|bytes| bytes.first() == Some(&NET_VERSION))
+    }
+
+    /// The opaque cursor of this position of `table`'s range.
+    pub fn to_cursor(self, table: TableId) -> String {
+        encode(NET_VERSION, table, self.range, self.consumed)
+    }
+}
+
+fn encode(version: u8, table: TableId, a: i64, b: i64) -> String {
+    let mut bytes = [0u8; ENCODED_LEN];
+    bytes[0] = version;
+    bytes[1..17].copy_from_slice(table.0.as_bytes());
+    bytes[17..25].copy_from_slice(&a.to_be_bytes());
+    bytes[25..33].copy_from_slice(&b.to_be_bytes());
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// The version and the two numbers of a cursor of `table` of one of `versions`.
+fn decode(cursor: &str, table: TableId, versions: &[u8]) -> Result<(u8, i64, i64), CursorError> {
+    let bytes = URL_SAFE_NO_PAD
+        .decode(cursor.trim())
+        .map_err(|_| CursorError::Malformed("not base64url"))?;
+    if bytes.is_empty() {
+        return Err(CursorError::Malformed("empty"));
+    }
+    if !versions.contains(&bytes[0]) {
+        return Err(foreign_version(bytes[0]));
+    }
+    if bytes.len() != ENCODED_LEN {
+        return Err(CursorError::Malformed("wrong length"));
+    }
+    let owner = TableId(Uuid::from_slice(&bytes[1..17]).expect("16 bytes"));
+    if owner != table {
+        return Err(CursorError::Foreign(owner));
+    }
+    let a = i64::from_be_bytes(bytes[17..25].try_into().expect("8 bytes"));
+    let b = i64::from_be_bytes(bytes[25..33].try_into().expect("8 bytes"));
+    if a < 0 || b < 0 {
+        return Err(CursorError::Malformed("negative position"));
+    }
+    Ok((bytes[0], a, b))
+}
+
 impl Position {
     /// The start of a feed, before any event.
     pub const START: Position = Position {
@@ -60,37 +148,12 @@ impl Position {
 
     /// The opaque cursor of this position in `table`'s feed.
     pub fn to_cursor(self, table: TableId) -> String {
-        let mut bytes = [0u8; ENCODED_LEN];
-        bytes[0] = VERSION;
-        bytes[1..17].copy_from_slice(table.0.as_bytes());
-        bytes[17..25].copy_from_slice(&self.ordinal.to_be_bytes());
-        bytes[25..33].copy_from_slice(&self.consumed.to_be_bytes());
-        URL_SAFE_NO_PAD.encode(bytes)
+        encode(VERSION, table, self.ordinal, self.consumed)
     }
 
     /// Decodes a cursor issued for `table`.
     pub fn from_cursor(cursor: &str, table: TableId) -> Result<Self, CursorError> {
-        let bytes = URL_SAFE_NO_PAD
-            .decode(cursor.trim())
-            .map_err(|_| CursorError::Malformed("not base64url"))?;
-        if bytes.is_empty() {
-            return Err(CursorError::Malformed("empty"));
-        }
-        if bytes[0] != VERSION {
-            return Err(foreign_version(bytes[0]));
-        }
-        if bytes.len() != ENCODED_LEN {
-            return Err(CursorError::Malformed("wrong length"));
-        }
-        let owner = TableId(Uuid::from_slice(&bytes[1..17]).expect("16 bytes"));
-        if owner != table {
-            return Err(CursorError::Foreign(owner));
-        }
-        let ordinal = i64::from_be_bytes(bytes[17..25].try_into().expect("8 bytes"));
-        let consumed = i64::from_be_bytes(bytes[25..33].try_into().expect("8 bytes"));
-        if ordinal < 0 || consumed < 0 {
-            return Err(CursorError::Malformed("negative position"));
-        }
+        let (_, ordinal, consumed) = decode(cursor, table, &[VERSION])?;
         Ok(Position { ordinal, consumed })
     }
 }
@@ -156,6 +219,39 @@ mod tests {
         assert_eq!(
             Position::from_cursor(&URL_SAFE_NO_PAD.encode(bytes), a),
             Err(CursorError::UnsupportedVersion(9))
+        );
+    }
+
+    #[test]
+    fn net_cursors_round_trip_and_are_told_apart_from_feed_cursors() {
+        let table = TableId::new();
+        let net = NetPosition {
+            range: 12,
+            consumed: 3,
+        };
+        let cursor = net.to_cursor(table);
+        assert_eq!(Cursor::parse(&cursor, table), Ok(Cursor::Net(net)));
+        assert!(NetPosition::is_net_cursor(&cursor));
+        assert!(!NetPosition::is_net_cursor(
+            &Position::START.to_cursor(table)
+        ));
+        assert!(!NetPosition::is_net_cursor("!"));
+        // Where only a feed cursor will do, a net cursor is a version of its own.
+        assert_eq!(
+            Position::from_cursor(&cursor, table),
+            Err(CursorError::UnsupportedVersion(3))
+        );
+        let feed = Position {
+            ordinal: 12,
+            consumed: 3,
+        };
+        assert_eq!(
+            Cursor::parse(&feed.to_cursor(table), table),
+            Ok(Cursor::Feed(feed))
+        );
+        assert_eq!(
+            Cursor::parse(&cursor, TableId::new()),
+            Err(CursorError::Foreign(table))
         );
     }
 

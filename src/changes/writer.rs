@@ -1,7 +1,8 @@
 //! Writing `changes` segments: Parquet files of `_op` (int8), `_before` and `_after`
 //! (structs of the table's columns; null where a side is absent), in event order; the row
-//! lineage of each side (v3 tables) as four int64 columns; and `_anomaly` (int8, null
-//! for most events) in the segments that have an anomaly.
+//! lineage of each side (v3 tables) as four int64 columns; `_anomaly` (int8, null for
+//! most events) in the segments that have an anomaly; and `_ordinal` (int64) in the
+//! segments of net changes.
 
 use std::sync::Arc;
 
@@ -25,6 +26,9 @@ pub const BEFORE: &str = "_before";
 pub const AFTER: &str = "_after";
 /// What is anomalous about the change ([`crate::change::Anomaly`]), if anything.
 pub const ANOMALY: &str = "_anomaly";
+/// In the segments of a range's net changes: the ordinal of the change set that last
+/// changed the event's key.
+pub const ORDINAL: &str = "_ordinal";
 /// Row lineage (v3) of the row before the change: its `_row_id` and
 /// `_last_updated_sequence_number`.
 pub const BEFORE_LINEAGE: [&str; 2] = ["_before_row_id", "_before_last_updated"];
@@ -38,6 +42,24 @@ const PAGE_ROWS: usize = 1024;
 pub fn encode_changes(
     survivors: &Survivors,
     changes: &[ChangeRow],
+) -> Result<Bytes, ChangeStoreError> {
+    encode_changes_with(survivors, changes, None)
+}
+
+/// [`encode_changes`] for the net changes of a range: `ordinals[i]`, the last change
+/// set that touched event `i`'s key, goes into [`ORDINAL`].
+pub fn encode_net_changes(
+    survivors: &Survivors,
+    changes: &[ChangeRow],
+    ordinals: Vec<i64>,
+) -> Result<Bytes, ChangeStoreError> {
+    encode_changes_with(survivors, changes, Some(ordinals))
+}
+
+fn encode_changes_with(
+    survivors: &Survivors,
+    changes: &[ChangeRow],
+    ordinals: Option<Vec<i64>>,
 ) -> Result<Bytes, ChangeStoreError> {
     let ops = Int8Array::from(changes.iter().map(|c| c.op.code()).collect::<Vec<_>>());
     let befores: Vec<Option<u32>> = changes.iter().map(|c| c.before).collect();
@@ -72,6 +94,10 @@ pub fn encode_changes(
             .collect();
         fields.push(Field::new(ANOMALY, DataType::Int8, true));
         columns.push(Arc::new(anomalies));
+    }
+    if let Some(ordinals) = ordinals {
+        fields.push(Field::new(ORDINAL, DataType::Int64, false));
+        columns.push(Arc::new(arrow::array::Int64Array::from(ordinals)));
     }
     let schema = Arc::new(Schema::new(fields));
     let batch = RecordBatch::try_new(schema.clone(), columns)?;

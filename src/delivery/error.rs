@@ -24,6 +24,9 @@ pub enum FeedError {
     /// Rows could not be assembled or encoded as Arrow.
     #[error("encoding Arrow: {0}")]
     Arrow(#[from] arrow::error::ArrowError),
+    /// Change set `0` was pruned by retention while net changes naming it were kept.
+    #[error("change set {0} was pruned by retention")]
+    Pruned(i64),
     /// A failure of a shared rendering, as another reader met it.
     #[error("{0}")]
     Shared(String),

@@ -96,6 +96,11 @@ impl Feed {
         &self.store
     }
 
+    /// What reads the segments.
+    pub(super) fn reader(&self) -> &SegmentReader {
+        &self.reader
+    }
+
     /// Hands up to `request.limit` events of `table` to `sink`.
     pub async fn read(
         &self,
@@ -352,7 +357,7 @@ impl Feed {
 
     /// Events `offset .. offset + count` of `segment` as stored: a copied source file
     /// (`inserts`) read under the change set's schema, icefeed's own segments as written.
-    async fn read_rows(
+    pub(crate) async fn read_rows(
         &self,
         segment: &SegmentRecord,
         entry: &SchemaEntry,

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use super::leases::{Lease, fence};
 use super::{Store, StoreError, TableId};
 use crate::change::FileLineage;
-use crate::changes::ChangeSetKey;
+use crate::changes::{ChangeSetKey, ShuffleKey};
 
 /// Channel on which every publish is announced (payload: the table id).
 pub const CHANGES_CHANNEL: &str = "icefeed_changes";
@@ -67,7 +67,7 @@ pub struct ChangeSetRecord {
 }
 
 /// A published segment with the metadata of its change set.
-#[derive(Clone, Debug, sqlx::FromRow)]
+#[derive(Clone, Debug, sqlx::FromRow, serde::Serialize, serde::Deserialize)]
 pub struct SegmentRecord {
     pub ordinal: i64,
     pub segment_no: i32,

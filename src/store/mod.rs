@@ -2,6 +2,7 @@
 
 mod change_sets;
 mod leases;
+mod net_ranges;
 mod push;
 mod retention;
 mod subscriptions;
@@ -19,6 +20,7 @@ use crate::config::DatabaseSettings;
 pub use crate::ids::{TableId, TaskKind};
 pub use change_sets::{CHANGES_CHANNEL, ChangeSetRecord, NewChangeSet, NewSegment, SegmentRecord};
 pub use leases::Lease;
+pub use net_ranges::{ChangeSetHead, NetRange, NetSegment, NetState};
 pub use push::{DeadLetter, NewDeadLetter, PushCommit, PushRecord};
 pub use retention::{Floor, Pruned, Retention};
 pub use subscriptions::{
@@ -26,7 +28,7 @@ pub use subscriptions::{
     SubscriptionState,
 };
 pub use tables::{NewSourceTable, PollOutcome, SourceTable, TableState, display_name};
-pub use tasks::{ClaimedTask, TaskFailure, TaskProgress, TaskStatus};
+pub use tasks::{ClaimedTask, TaskFailure, TaskProgress, TaskScope, TaskStatus};
 pub use tokens::ApiToken;
 
 /// The migrations in `migrations/`, embedded in the binary.

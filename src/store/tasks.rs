@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{Store, StoreError, TableId, TaskKind};
-use crate::changes::ChangeSetKey;
+use crate::changes::{ChangeSetKey, NetRangeKey, ShuffleKey};
 use crate::failure::{Failure, FailureCode};
 
 /// A task this node claimed.
@@ -20,6 +20,8 @@ pub struct ClaimedTask {
     pub attempts: i32,
     pub owner: String,
     pub epoch: i64,
+    /// The net range the task computes, if it is one's.
+    pub net_range: Option<i64>,
 }
 
 impl ClaimedTask {
@@ -29,6 +31,54 @@ impl ClaimedTask {
             table: self.table_id,
             ordinal: self.ordinal,
             snapshot_id: self.snapshot_id,
+        }
+    }
+
+    /// The key of its shuffle file `name`, under what it computes.
+    pub fn shuffle_file(&self, name: &str) -> String {
+        match self.net_key() {
+            Some(net) => net.shuffle_file(&self.id, name),
+            None => self.key().shuffle_file(&self.id, name),
+        }
+    }
+
+    /// The net range the task computes, if it is one's.
+    pub fn net_key(&self) -> Option<NetRangeKey> {
+        self.net_range.map(|range| NetRangeKey {
+            table: self.table_id,
+            range,
+        })
+    }
+}
+
+/// What a group of tasks computes: a change set, or a net range (whose tasks have ordinal
+/// and snapshot 0, since change sets start at ordinal 1).
+#[derive(Clone, Copy, Debug)]
+pub struct TaskScope {
+    table: TableId,
+    ordinal: i64,
+    snapshot_id: i64,
+    net_range: Option<i64>,
+}
+
+impl From<&ChangeSetKey> for TaskScope {
+    fn from(key: &ChangeSetKey) -> Self {
+        Self {
+            table: key.table,
+            ordinal: key.ordinal,
+            snapshot_id: key.snapshot_id,
+            net_range: None,
+        }
+    }
+}
+
+impl From<&NetRangeKey> for TaskScope {
+    fn from(key: &NetRangeKey) -> Self {
+        Self {
+            table: key.table,
+            ordinal: 0,
+            snapshot_id: 0,
+            net_range: Some(key.range),
         }
     }
 }
@@ -60,18 +110,18 @@ pub struct TaskFailure {
 }
 
 impl Store {
-    /// Creates tasks of change set `key` unless they exist (same ids: planning again is
-    /// a no-op).
+    /// Creates tasks of `scope` unless they exist (same ids: planning again is a no-op).
     pub async fn create_tasks(
         &self,
-        key: &ChangeSetKey,
+        scope: impl Into<TaskScope>,
         kind: TaskKind,
         tasks: &[(String, serde_json::Value)],
     ) -> Result<(), StoreError> {
+        let key = scope.into();
         let (ids, payloads): (Vec<String>, Vec<serde_json::Value>) = tasks.iter().cloned().unzip();
         sqlx::query(
-            "INSERT INTO tasks (id, table_id, snapshot_id, ordinal, kind, payload) \
-             SELECT u.id, $1, $2, $3, $4, u.payload \
+            "INSERT INTO tasks (id, table_id, snapshot_id, ordinal, kind, payload, net_range) \
+             SELECT u.id, $1, $2, $3, $4, u.payload, $7 \
                FROM unnest($5::text[], $6::jsonb[]) AS u(id, payload) \
              ON CONFLICT (id) DO NOTHING",
         )
@@ -81,6 +131,7 @@ impl Store {
         .bind(kind.as_str())
         .bind(&ids)
         .bind(&payloads)
+        .bind(key.net_range)
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -111,7 +162,7 @@ impl Store {
                                OR (state = 'running' AND expires_at <= now()) \
                             ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
              RETURNING t.id, t.table_id, t.snapshot_id, t.ordinal, t.kind, t.payload, t.attempts, \
-                       t.owner, t.epoch",
+                       t.owner, t.epoch, t.net_range",
         )
         .bind(owner)
         .bind(ttl.as_secs_f64())
@@ -186,13 +237,14 @@ impl Store {
         Ok(())
     }
 
-    /// How many tasks of one kind of change set `key` there are and are done, and the
-    /// failure of a failed one: cheap enough to ask every few milliseconds.
+    /// How many tasks of one kind of `scope` there are and are done, and the failure of
+    /// a failed one: cheap enough to ask every few milliseconds.
     pub async fn task_progress(
         &self,
-        key: &ChangeSetKey,
+        scope: impl Into<TaskScope>,
         kind: TaskKind,
     ) -> Result<TaskProgress, StoreError> {
+        let key = scope.into();
         type Progress = (i64, i64, Option<String>, Option<String>, Option<bool>);
         // One failed task speaks for the change set: a permanent one if there is one.
         let (planned, done, error, code, permanent): Progress = sqlx::query_as(
@@ -202,12 +254,14 @@ impl Store {
                     (array_agg(error_code ORDER BY permanent DESC, id) \
                        FILTER (WHERE state = 'failed'))[1], \
                     bool_or(permanent) FILTER (WHERE state = 'failed') \
-               FROM tasks WHERE table_id = $1 AND ordinal = $2 AND snapshot_id = $3 AND kind = $4",
+               FROM tasks WHERE table_id = $1 AND ordinal = $2 AND snapshot_id = $3 AND kind = $4 \
+                AND net_range IS NOT DISTINCT FROM $5",
         )
         .bind(key.table)
         .bind(key.ordinal)
         .bind(key.snapshot_id)
         .bind(kind.as_str())
+        .bind(key.net_range)
         .fetch_one(&self.pool)
         .await?;
         Ok(TaskProgress {
@@ -225,21 +279,24 @@ impl Store {
         })
     }
 
-    /// The tasks of one kind of change set `key`, by id.
-    pub async fn change_set_tasks(
+    /// The tasks of one kind of `scope`, by id.
+    pub async fn tasks_of(
         &self,
-        key: &ChangeSetKey,
+        scope: impl Into<TaskScope>,
         kind: TaskKind,
     ) -> Result<Vec<TaskStatus>, StoreError> {
+        let key = scope.into();
         Ok(sqlx::query_as(
             "SELECT id, state, result, error FROM tasks \
              WHERE table_id = $1 AND ordinal = $2 AND snapshot_id = $3 AND kind = $4 \
+               AND net_range IS NOT DISTINCT FROM $5 \
              ORDER BY id",
         )
         .bind(key.table)
         .bind(key.ordinal)
         .bind(key.snapshot_id)
         .bind(kind.as_str())
+        .bind(key.net_range)
         .fetch_all(&self.pool)
         .await?)
     }

@@ -1,6 +1,7 @@
-//! The janitor: prunes change sets past their tables' retention and deletes the garbage
-//! list's prefixes once due: segments of pruned change sets and deleted tables, and the
-//! shuffle files of published snapshots.
+//! The janitor: prunes change sets past their tables' retention, drops net ranges nobody
+//! reads any more, moves on net ranges being computed, and deletes the garbage list's
+//! prefixes once due: segments of pruned change sets, dropped net ranges and deleted
+//! tables, and the shuffle files of published snapshots and computed ranges.
 //!
 //! Every node runs one without a lease: pruning a table locks its row, so concurrent
 //! passes serialize and the second finds nothing left to prune, and deleting objects
@@ -9,8 +10,9 @@
 use rand::Rng;
 use tokio_util::sync::CancellationToken;
 
+use super::net;
 use crate::changes::ChangeStore;
-use crate::config::RetentionSettings;
+use crate::config::{RetentionSettings, SchedulerSettings};
 use crate::store::{Store, StoreError};
 
 /// Garbage entries deleted per pass.
@@ -22,6 +24,8 @@ pub struct Janitor {
     pub store: Store,
     pub changes: ChangeStore,
     pub settings: RetentionSettings,
+    /// How net ranges are shuffled.
+    pub scheduler: SchedulerSettings,
 }
 
 impl Janitor {
@@ -48,6 +52,17 @@ impl Janitor {
             );
             metrics::counter!(crate::telemetry::metric::CHANGE_SETS_PRUNED.name)
                 .increment(pruned.change_sets as u64);
+        }
+        let dropped = self
+            .store
+            .drop_idle_net_ranges(self.settings.net_idle)
+            .await?;
+        if dropped > 0 {
+            tracing::info!(ranges = dropped, "dropped net ranges nobody read");
+        }
+        // A range whose last task's node died before planning the next step.
+        for range in self.store.computing_net_ranges().await? {
+            net::advance(&self.store, &self.scheduler, &range).await?;
         }
         // Batch after batch, so that a busy node's garbage does not pile up between passes;
         // a pass ends at a batch it could not delete all of (the store is failing).

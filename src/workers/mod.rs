@@ -2,6 +2,7 @@
 
 mod heartbeat;
 mod janitor;
+pub mod net;
 pub mod pull_gauges;
 pub mod push;
 mod rewrite;

@@ -16,6 +16,7 @@ use crate::changelog::read::stream_data_file;
 use crate::changelog::{
     self, DataFileRef, DeleteCache, FileLineage, FileRows, Reset, SnapshotPlan, key_indexes,
 };
+use crate::changes::ShuffleKey;
 use crate::changes::key::deleted_rows_of;
 use crate::changes::{
     ChangeSetKey, ChangeStore, ChangeStoreError, ReadSchema, StoredSegment, deleted_rows,

@@ -98,6 +98,8 @@ pub struct Opened {
 pub struct TaskContext {
     pub store: Store,
     pub changes: ChangeStore,
+    /// Reads published segments (net map tasks read a range's).
+    pub feed: crate::delivery::Feed,
     pub catalogs: CatalogCache,
     pub file_concurrency: usize,
     /// Memory a map task may use before it spills (`scheduler.map_memory_bytes`).

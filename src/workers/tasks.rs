@@ -5,6 +5,7 @@ use rand::Rng;
 use tokio_util::sync::CancellationToken;
 
 use super::heartbeat::Heartbeat;
+use super::net::{self, NetMapTask, NetReduceTask, run_net_map, run_net_reduce};
 use super::shuffle::{MapTask, ReduceTask, run_map, run_reduce};
 use super::task_context::{TaskContext, TaskError};
 use crate::config::SchedulerSettings;
@@ -79,6 +80,13 @@ impl TaskRunner {
                 store.fail_task(&task, e.failure(), permanent, max).await?;
             }
         }
+        // The step after a net range's task is planned by whoever sees it due: first of
+        // all the node that just finished one.
+        if let Some(key) = task.net_key()
+            && let Some(range) = store.net_range(key.table, key.range).await?
+        {
+            net::advance(store, &self.settings, &range).await?;
+        }
         Ok(true)
     }
 
@@ -98,6 +106,14 @@ impl TaskRunner {
             Some(TaskKind::Reduce) => {
                 let reduce: ReduceTask = serde_json::from_value(payload).map_err(bad)?;
                 serde_json::to_value(run_reduce(&self.context, task, reduce).await?)
+            }
+            Some(TaskKind::NetMap) => {
+                let map: NetMapTask = serde_json::from_value(payload).map_err(bad)?;
+                serde_json::to_value(run_net_map(&self.context, task, map).await?)
+            }
+            Some(TaskKind::NetReduce) => {
+                let reduce: NetReduceTask = serde_json::from_value(payload).map_err(bad)?;
+                serde_json::to_value(run_net_reduce(&self.context, task, reduce).await?)
             }
             None => {
                 return Err(TaskError::Permanent(Failure::new(

@@ -19,6 +19,7 @@ mod hangs;
 mod hostile;
 mod layout;
 mod local_paths;
+mod net_changes;
 mod network;
 mod nodes;
 mod object_storage;

@@ -141,12 +141,12 @@ fn json_rows(batches: &[RecordBatch]) -> Vec<Value> {
 /// A table being written, with the rows each live data file holds.
 pub(crate) struct Model {
     name: String,
-    identifier: bool,
+    pub(crate) identifier: bool,
     partitioned: bool,
-    table: Table,
+    pub(crate) table: Table,
     files: Vec<(DataFile, Vec<Row>)>,
     /// Every committed snapshot, oldest first, with a label for messages.
-    snapshots: Vec<(i64, String)>,
+    pub(crate) snapshots: Vec<(i64, String)>,
     next_id: i64,
 }
 
@@ -293,7 +293,7 @@ impl Model {
 }
 
 /// The table's rows at `snapshot_id`, from an iceberg-crate scan.
-async fn scan_state(table: &Table, snapshot_id: i64) -> Vec<Value> {
+pub(crate) async fn scan_state(table: &Table, snapshot_id: i64) -> Vec<Value> {
     json_rows(&rewrite::scan_rows(table, Some(snapshot_id)).await.unwrap())
 }
 

@@ -101,18 +101,8 @@ impl<'a> Buckets<'a> {
         map: &MapTask,
         budget: u64,
     ) -> Result<Self, TaskError> {
-        let columns: Vec<usize> = if map.key.is_empty() {
-            (0..table_width(schema)).collect()
-        } else {
-            map.key.clone()
-        };
-        let converter = RowConverter::new(
-            columns
-                .iter()
-                .map(|&i| SortField::new(schema.field(i).data_type().clone()))
-                .collect(),
-        )
-        .map_err(TaskError::compute)?;
+        let columns = hashed_columns(schema, &map.key);
+        let converter = key_converter(schema, &columns)?;
         Ok(Self {
             ctx,
             task,
@@ -137,31 +127,13 @@ impl<'a> Buckets<'a> {
             if batch.num_rows() == 0 {
                 continue;
             }
-            let keys: Vec<ArrayRef> = self
-                .columns
-                .iter()
-                .map(|&i| batch.column(i).clone())
-                .collect();
-            let rows = self
-                .converter
-                .convert_columns(&keys)
-                .map_err(TaskError::compute)?;
-            let ids = self.by_row_id.then(|| {
-                batch
-                    .column(table_width(batch.schema_ref()))
-                    .as_primitive::<Int64Type>()
-            });
-            let buckets: Vec<u32> = rows
-                .iter()
-                .enumerate()
-                .map(|(i, row)| {
-                    let hash = match ids.filter(|ids| ids.is_valid(i)) {
-                        Some(ids) => fnv1a(&ids.value(i).to_le_bytes()),
-                        None => fnv1a(row.as_ref()),
-                    };
-                    (hash % self.buckets as u64) as u32
-                })
-                .collect();
+            let buckets = bucket_rows(
+                &self.converter,
+                batch,
+                &self.columns,
+                self.by_row_id,
+                self.buckets,
+            )?;
             let mut sides = vec![if deleted { DELETED } else { INSERTED }; batch.num_rows()];
             if !deleted {
                 for &i in &survivors.regained {
@@ -178,11 +150,9 @@ impl<'a> Buckets<'a> {
     }
 
     async fn flush(&mut self) -> Result<(), TaskError> {
-        let (key, id) = (self.task.key(), &self.task.id);
+        let task = self.task;
         self.held
-            .flush(&self.ctx.changes, |n| {
-                key.shuffle_file(id, &format!("{n:04}"))
-            })
+            .flush(&self.ctx.changes, |n| task.shuffle_file(&format!("{n:04}")))
             .await
     }
 
@@ -196,6 +166,60 @@ impl<'a> Buckets<'a> {
             resurrected: self.resurrected,
         })
     }
+}
+
+/// The columns rows are bucketed on: the key's, or the table's when it has none.
+pub(crate) fn hashed_columns(schema: &SchemaRef, key: &[usize]) -> Vec<usize> {
+    if key.is_empty() {
+        (0..table_width(schema)).collect()
+    } else {
+        key.to_vec()
+    }
+}
+
+/// Converts the `columns` of rows of `schema` into comparable bytes.
+pub(crate) fn key_converter(
+    schema: &SchemaRef,
+    columns: &[usize],
+) -> Result<RowConverter, TaskError> {
+    RowConverter::new(
+        columns
+            .iter()
+            .map(|&i| SortField::new(schema.field(i).data_type().clone()))
+            .collect(),
+    )
+    .map_err(TaskError::compute)
+}
+
+/// The bucket of each row of `batch`: by the hash of its `columns` (converted by
+/// `converter`), or of its row id when `by_row_id` and it has one.
+pub(crate) fn bucket_rows(
+    converter: &RowConverter,
+    batch: &RecordBatch,
+    columns: &[usize],
+    by_row_id: bool,
+    buckets: u32,
+) -> Result<Vec<u32>, TaskError> {
+    let keys: Vec<ArrayRef> = columns.iter().map(|&i| batch.column(i).clone()).collect();
+    let rows = converter
+        .convert_columns(&keys)
+        .map_err(TaskError::compute)?;
+    let ids = by_row_id.then(|| {
+        batch
+            .column(table_width(batch.schema_ref()))
+            .as_primitive::<Int64Type>()
+    });
+    Ok(rows
+        .iter()
+        .enumerate()
+        .map(|(i, row)| {
+            let hash = match ids.filter(|ids| ids.is_valid(i)) {
+                Some(ids) => fnv1a(&ids.value(i).to_le_bytes()),
+                None => fnv1a(row.as_ref()),
+            };
+            (hash % buckets as u64) as u32
+        })
+        .collect())
 }
 
 /// A hash that every node computes alike (std's hasher is seeded per process).

@@ -4,7 +4,7 @@
 //! PostgreSQL); small buckets are coalesced into reduce tasks, which pair rows by key
 //! and write the change set's segments. The node holding the table lease coordinates.
 
-mod files;
+pub(crate) mod files;
 mod map;
 mod reduce;
 mod spill;
@@ -16,11 +16,12 @@ use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 pub use map::run_map;
+pub(crate) use map::{bucket_rows, hashed_columns, key_converter};
 pub use reduce::run_reduce;
 
 use super::sync_error::SyncError;
 use crate::changelog::FileRows;
-use crate::changes::ChangeSetKey;
+use crate::changes::{ChangeSetKey, ShuffleKey};
 use crate::failure::{Failure, FailureCode};
 use crate::store::{NewSegment, Store, TaskFailure, TaskKind};
 
@@ -286,7 +287,7 @@ impl Shuffle<'_> {
             }
             if progress.done == progress.planned {
                 // Results are read once, when every task is done.
-                let tasks = self.store.change_set_tasks(&self.change_set, kind).await?;
+                let tasks = self.store.tasks_of(&self.change_set, kind).await?;
                 return tasks
                     .into_iter()
                     .map(|t| {
@@ -350,14 +351,17 @@ const MAX_BUCKETS: u64 = 4096;
 /// At least `configured` buckets, and enough that one bucket would hold about
 /// `reduce_target` bytes even if every row of `stored` bytes of files survived: a reduce
 /// task holds at least one whole bucket in memory.
-fn bucket_count(configured: u32, stored: u64, reduce_target: u64) -> u32 {
+pub(crate) fn bucket_count(configured: u32, stored: u64, reduce_target: u64) -> u32 {
     let needed = estimated_memory(stored).div_ceil(reduce_target.max(1));
     configured.max(needed.min(MAX_BUCKETS) as u32)
 }
 
 /// Groups consecutive buckets into reduce inputs of up to `target` bytes (a bucket is
 /// never split), as adaptive query execution coalesces small shuffle partitions.
-fn coalesce(by_bucket: BTreeMap<u32, Vec<BucketFile>>, target: u64) -> Vec<Vec<BucketFile>> {
+pub(crate) fn coalesce(
+    by_bucket: BTreeMap<u32, Vec<BucketFile>>,
+    target: u64,
+) -> Vec<Vec<BucketFile>> {
     let mut reduces = Vec::new();
     let mut current: Vec<BucketFile> = Vec::new();
     let mut bytes = 0u64;

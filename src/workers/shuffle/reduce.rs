@@ -7,6 +7,7 @@ use super::files::{read_parts, split_sides};
 use super::{ReduceResult, ReduceTask};
 use crate::change::Survivors;
 use crate::changelog::carryover::{PairError, pair};
+use crate::changes::ShuffleKey;
 use crate::changes::writer::encode_changes;
 use crate::failure::{Failure, FailureCode};
 use crate::store::ClaimedTask;

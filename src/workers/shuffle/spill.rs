@@ -44,7 +44,7 @@ pub(super) async fn cancel_spilled(
     let flush_bytes = usize::try_from(budget / 4).unwrap_or(usize::MAX);
     let key = |n: usize| {
         let name = format!("spill-{n:04}");
-        task.key().shuffle_file(&task.id, &name)
+        task.shuffle_file(&name)
     };
     let mut runs = Partitioned::new(partitions);
     let deletes = DeleteCache::default();

@@ -1,0 +1,298 @@
+//! `?net=true` on `/v1/tables/{id}/changes`: the net changes of a range of the feed. The
+//! first request for a range has leased tasks compute it (see `workers::net`); every
+//! request for the same range reads the one result, page by page, with cursors of its
+//! own; the last page's `next` is the feed cursor of the range's end.
+
+use std::time::{Duration, Instant};
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::AppState;
+use super::changes::{PageQuery, ensure_published, ensure_retained, start_position};
+use super::error::ApiError;
+use super::pages::{Format, PageSink, PageTail, long_poll_wait, page_limit, selection};
+use crate::changelog::key_indexes;
+use crate::changes::{Cursor, NetPosition, Position};
+use crate::delivery::FeedError;
+use crate::failure::FailureCode;
+use crate::store::{NetRange, NetState, SourceTable, TableId};
+use crate::workers::net;
+
+/// How often a request waiting for a range looks at it again.
+const POLL: Duration = Duration::from_millis(50);
+/// Seconds a `202` answer suggests waiting before asking again.
+const RETRY_AFTER_SECONDS: u32 = 1;
+
+/// The answer while a range's net changes are being computed (`202`): ask again, with
+/// the same `after` and this `until`, to get the first page.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct NetPending {
+    /// Always `computing`.
+    pub state: String,
+    /// The feed cursor the range starts after.
+    pub after: String,
+    /// The feed cursor of the range's end: pass it as `until` (the range's end would
+    /// otherwise be the head of the feed when the next request comes).
+    pub until: String,
+}
+
+/// Whether a page request asks for net changes: `net=true`, or a cursor into them.
+pub fn is_net(query: &PageQuery) -> bool {
+    query.net.unwrap_or(false)
+        || query
+            .after
+            .as_deref()
+            .is_some_and(NetPosition::is_net_cursor)
+}
+
+/// Answers a page request for net changes.
+pub async fn net_page(
+    state: &AppState,
+    table: &SourceTable,
+    query: &PageQuery,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    let limit = page_limit(state, query.limit)?;
+    let wait = long_poll_wait(state, query.wait)?;
+    let selection = selection(state, table, query.ops.as_deref(), query.columns.as_deref()).await?;
+    let (range, consumed) = match query.after.as_deref().map(|c| Cursor::parse(c, table.id)) {
+        Some(Err(e)) => return Err(e.into()),
+        Some(Ok(Cursor::Net(at))) => {
+            if query.until.is_some() {
+                return Err(ApiError::bad_request(
+                    "range_invalid",
+                    "a cursor into net changes continues its range: omit `until`",
+                ));
+            }
+            let range = state
+                .store
+                .net_range(table.id, at.range)
+                .await?
+                .ok_or_else(range_dropped)?;
+            (range, at.consumed)
+        }
+        _ => match open_range(state, table, query).await? {
+            Opened::Range(range) => (range, 0),
+            Opened::Empty { until } => {
+                let more = state.store.has_events_after(table.id, until).await?;
+                let tail = PageTail {
+                    next: until.to_cursor(table.id),
+                    more,
+                };
+                let options = query.longs.unwrap_or_default().options();
+                let cursor = |t: TableId, p: Position| p.to_cursor(t);
+                let page = PageSink::new(
+                    Format::negotiate(query.format, headers),
+                    &options,
+                    &cursor,
+                    0,
+                );
+                return page.respond(state, tail, table, &selection).await;
+            }
+        },
+    };
+    let event_count = match wait_for(state, range.clone(), wait).await? {
+        Some(count) => count,
+        None => return Ok(pending(table, &range)),
+    };
+    let options = query.longs.unwrap_or_default().options();
+    let range_id = range.key.range;
+    let cursor = move |t: TableId, p: Position| {
+        NetPosition {
+            range: range_id,
+            consumed: p.consumed,
+        }
+        .to_cursor(t)
+    };
+    let mut page = PageSink::new(
+        Format::negotiate(query.format, headers),
+        &options,
+        &cursor,
+        limit,
+    );
+    let end = state
+        .feed
+        .read_net(table, &range, consumed, limit, &selection, page.sink())
+        .await
+        .map_err(|e| match e {
+            FeedError::Pruned(_) => range_dropped(),
+            other => other.into(),
+        })?;
+    let tail = if end.consumed >= event_count {
+        PageTail {
+            next: range.until.to_cursor(table.id),
+            more: state.store.has_events_after(table.id, range.until).await?,
+        }
+    } else {
+        PageTail {
+            next: NetPosition {
+                range: range_id,
+                consumed: end.consumed,
+            }
+            .to_cursor(table.id),
+            more: true,
+        }
+    };
+    page.respond(state, tail, table, &selection).await
+}
+
+/// A range to read, or the end of one without events.
+enum Opened {
+    Range(NetRange),
+    Empty { until: Position },
+}
+
+/// The range `query` names by feed cursors, created (and its computation started) if no
+/// one asked for it before.
+async fn open_range(
+    state: &AppState,
+    table: &SourceTable,
+    query: &PageQuery,
+) -> Result<Opened, ApiError> {
+    let after = start_position(state, table, query.after.as_deref()).await?;
+    let until = match query.until.as_deref() {
+        None => state.store.feed_head(table.id).await?,
+        Some(cursor) => match Cursor::parse(cursor, table.id)? {
+            Cursor::Feed(until) => {
+                ensure_published(state, table, until).await?;
+                until
+            }
+            Cursor::Net(_) => {
+                return Err(ApiError::bad_request(
+                    "range_invalid",
+                    "`until` takes a feed cursor (an event's `position` or a page's `next`), \
+                     not a cursor into net changes",
+                ));
+            }
+        },
+    };
+    if until < after {
+        return Err(ApiError::bad_request(
+            "range_invalid",
+            "`until` lies before `after`: a range runs forward from `after` to `until`",
+        ));
+    }
+    ensure_retained(state, table, after).await?;
+    let schemas = state.store.schemas_between(table.id, after, until).await?;
+    let schema_id = match schemas[..] {
+        [] => return Ok(Opened::Empty { until }),
+        [(_, schema_id)] => schema_id,
+        [_, (ordinal, _), ..] => {
+            let split = Position {
+                ordinal,
+                consumed: 0,
+            }
+            .to_cursor(table.id);
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "net_range_spans_schemas",
+                "the table's schema changed within the range, and net changes compare rows \
+                 of one schema: ask for the range up to `split_at` (as `until`), then for \
+                 the rest (with `split_at` as `after`)",
+            )
+            .with("split_at", split));
+        }
+    };
+    let entry = state.feed.schema(table.id, schema_id).await?;
+    let key = key_indexes(
+        &entry.schema,
+        table.identifier_field_ids.as_deref(),
+        &table.identifier_columns,
+    )
+    .map_err(|reason| ApiError::from(FeedError::Schema(schema_id, reason)))?;
+    let (range, created) = state
+        .store
+        .net_range_for(table.id, after, until, schema_id, &key)
+        .await?;
+    if created {
+        net::advance(&state.store, &state.settings.scheduler, &range).await?;
+    }
+    Ok(Opened::Range(range))
+}
+
+/// Waits up to `wait` for `range` to be computed, moving it on meanwhile: its event
+/// count, or `None` when it is still being computed. A range that failed is dropped
+/// (the next request computes it afresh) and answered with its failure.
+async fn wait_for(
+    state: &AppState,
+    mut range: NetRange,
+    wait: Duration,
+) -> Result<Option<i64>, ApiError> {
+    let deadline = Instant::now() + wait;
+    loop {
+        match &range.state {
+            NetState::Ready { event_count } => return Ok(Some(*event_count)),
+            NetState::Failed(failure) => {
+                state.store.drop_net_range(&range.key).await?;
+                let status = if failure.code == FailureCode::IdentifierColumnsInvalid {
+                    StatusCode::UNPROCESSABLE_ENTITY
+                } else {
+                    StatusCode::SERVICE_UNAVAILABLE
+                };
+                return Err(ApiError::new(
+                    status,
+                    "net_changes_failed",
+                    format!(
+                        "computing the net changes of the range failed ({}: {}); asking \
+                         again computes them afresh",
+                        failure.code.as_str(),
+                        failure.message
+                    ),
+                )
+                .with("failure_code", failure.code.as_str()));
+            }
+            NetState::Computing => {}
+        }
+        net::advance(&state.store, &state.settings.scheduler, &range).await?;
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        tokio::time::sleep(POLL.min(deadline - Instant::now())).await;
+        range = state
+            .store
+            .net_range(range.key.table, range.key.range)
+            .await?
+            .ok_or_else(range_dropped)?;
+    }
+}
+
+/// `202`: the range is being computed; where to ask again.
+fn pending(table: &SourceTable, range: &NetRange) -> Response {
+    let (after, until) = (
+        range.after.to_cursor(table.id),
+        range.until.to_cursor(table.id),
+    );
+    let location = format!(
+        "/v1/tables/{}/changes?net=true&after={after}&until={until}",
+        table.id
+    );
+    let mut response = (
+        StatusCode::ACCEPTED,
+        axum::Json(NetPending {
+            state: "computing".into(),
+            after,
+            until,
+        }),
+    )
+        .into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+    headers.insert(
+        header::LOCATION,
+        HeaderValue::from_str(&location).expect("ids and cursors are URL-safe"),
+    );
+    response
+}
+
+fn range_dropped() -> ApiError {
+    ApiError::new(
+        StatusCode::GONE,
+        "net_range_expired",
+        "the net changes of this range are no longer kept (unread for `retention.net_idle`, \
+         or a change set they name was pruned): ask for the range again with its `after` \
+         and `until`",
+    )
+}

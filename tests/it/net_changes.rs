@@ -1,0 +1,320 @@
+//! Net changes over ranges of a feed (`?net=true`). The proof is differential: random
+//! copy-on-write histories (oracle.rs's, every shape), random ranges between their
+//! snapshots, and an oracle that scans the table at the range's two ends and diffs the
+//! states by key (as multisets without identifier columns). Each net event must also
+//! name the snapshot of its key's last change, which the oracle finds by walking the
+//! states between the ends. Then how the API answers misuse.
+//!
+//! `ICEFEED_NET_SEEDS` picks the seeds (as `ICEFEED_ORACLE_SEEDS` does).
+
+use std::collections::HashMap;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{Value, json};
+
+use crate::diffing::{change, diff, key_of, seeds_in};
+use crate::fixtures::{orders, orders_schema};
+use crate::oracle::{random_history, register, scan_state};
+use crate::support::{Node, Warehouse, fresh_database, head, id64, test_settings};
+
+/// Random ranges per history, besides the whole history.
+const RANGES: usize = 6;
+
+/// The cursor after snapshot `i` of a history: the position of the last event of it or
+/// of a snapshot before it (`None`: the start of the feed).
+fn cursors_after(events: &[Value], snapshots: &[i64]) -> Vec<Option<String>> {
+    let index: HashMap<i64, usize> = snapshots.iter().enumerate().map(|(i, s)| (*s, i)).collect();
+    let mut last: Vec<Option<String>> = vec![None; snapshots.len()];
+    for e in events {
+        let i = index[&id64(&e["snapshot_id"]).expect("snapshot_id")];
+        last[i] = Some(e["position"].as_str().unwrap().to_string());
+    }
+    for i in 1..last.len() {
+        if last[i].is_none() {
+            last[i] = last[i - 1].clone();
+        }
+    }
+    last
+}
+
+/// Every page of the net changes from `after` to `until`, `limit` at a time: the events,
+/// and the `next` of the last page.
+async fn net_events(
+    node: &Node,
+    id: &str,
+    after: Option<&str>,
+    until: &str,
+    limit: usize,
+) -> (Vec<Value>, String) {
+    let mut path = format!("/v1/tables/{id}/changes?net=true&until={until}&limit={limit}&wait=60");
+    if let Some(after) = after {
+        path.push_str(&format!("&after={after}"));
+    }
+    let mut events = Vec::new();
+    loop {
+        let (status, page) = node.get(&path).await;
+        assert_eq!(status, 200, "{path}: {page}");
+        let batch = page["events"].as_array().unwrap();
+        assert!(batch.len() <= limit);
+        events.extend(batch.iter().cloned());
+        let next = page["next"].as_str().unwrap().to_string();
+        if next == until {
+            return (events, next);
+        }
+        assert_eq!(
+            page["more"], true,
+            "a page inside the range says more follow"
+        );
+        path = format!("/v1/tables/{id}/changes?after={next}&limit={limit}");
+    }
+}
+
+/// The snapshot (index) of the last change in `(a, b]` of each row the range changed:
+/// by key, or by whole row (its count) without identifier columns.
+fn last_changes(states: &[Vec<Value>], a: usize, b: usize, key: &[&str]) -> HashMap<String, usize> {
+    let text = |v: &Value| serde_json::to_string(v).unwrap();
+    let mut last = HashMap::new();
+    for j in a + 1..=b {
+        let (prev, cur) = (&states[j - 1], &states[j]);
+        let touched: Vec<String> = if key.is_empty() {
+            let mut counts: HashMap<String, i64> = HashMap::new();
+            for r in prev {
+                *counts.entry(text(r)).or_default() -= 1;
+            }
+            for r in cur {
+                *counts.entry(text(r)).or_default() += 1;
+            }
+            counts
+                .into_iter()
+                .filter(|(_, n)| *n != 0)
+                .map(|(r, _)| r)
+                .collect()
+        } else {
+            let by_key = |rows: &[Value]| -> HashMap<String, String> {
+                rows.iter()
+                    .map(|r| (text(&key_of(r, key)), text(r)))
+                    .collect()
+            };
+            let (p, c) = (by_key(prev), by_key(cur));
+            p.keys()
+                .chain(c.keys())
+                .filter(|k| p.get(*k) != c.get(*k))
+                .cloned()
+                .collect()
+        };
+        for t in touched {
+            last.insert(t, j);
+        }
+    }
+    last
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn net_changes_over_random_ranges_match_the_diff_of_their_ends() {
+    let seeds = seeds_in("ICEFEED_NET_SEEDS").unwrap_or_else(|| (1..=8).collect());
+    let store = tempfile::tempdir().unwrap();
+    let mut settings = test_settings(&fresh_database().await, store.path());
+    // Small reduce tasks: a range's result spans several segments, ordered apart.
+    settings.scheduler.shuffle_buckets = 4;
+    settings.scheduler.reduce_target_bytes = 2048;
+    let node = Node::start(settings).await;
+    let wh = Warehouse::new().await;
+    let mut checked = (0, 0);
+    for seed in seeds {
+        let model = random_history(&wh, seed).await;
+        let snapshots: Vec<i64> = model.snapshots.iter().map(|s| s.0).collect();
+        // State 0 is the empty table before the first snapshot; state i + 1 follows
+        // snapshot i.
+        let mut states = vec![Vec::new()];
+        for s in &snapshots {
+            states.push(scan_state(&model.table, *s).await);
+        }
+        let key: Vec<&str> = if model.identifier { vec!["id"] } else { vec![] };
+        let id = register(&node, &wh, &model).await;
+        node.wait_for_checkpoint(&id, *snapshots.last().unwrap())
+            .await;
+        let (events, _) = node.all_events(&id, None, 500).await;
+        let mut cursors = vec![None];
+        cursors.extend(cursors_after(&events, &snapshots));
+
+        let mut rng = StdRng::seed_from_u64(seed);
+        let n = states.len() - 1;
+        let mut ranges = vec![(0, n)];
+        for _ in 0..RANGES {
+            let a = rng.random_range(0..n);
+            ranges.push((a, rng.random_range(a + 1..=n)));
+        }
+        for (a, b) in ranges {
+            let Some(until) = cursors[b].as_deref() else {
+                continue; // Nothing published up to b: no cursor names its end.
+            };
+            let what = format!("seed {seed}, range from state {a} to {b} of {n}");
+            let limit = rng.random_range(1..=9);
+            let (got, next) = net_events(&node, &id, cursors[a].as_deref(), until, limit).await;
+            assert_eq!(next, until, "{what}: the last page ends at `until`");
+            let mut have: Vec<String> = got
+                .iter()
+                .map(|e| {
+                    let member = |m: &str| e.get(m).cloned().unwrap_or(Value::Null);
+                    change(
+                        e["op"].as_str().unwrap(),
+                        &member("key"),
+                        &member("before"),
+                        &member("after"),
+                    )
+                })
+                .collect();
+            have.sort();
+            let want = diff(&states[a], &states[b], &key);
+            assert_eq!(
+                have, want,
+                "{what}: net changes differ from the diff of the ends"
+            );
+
+            let last = last_changes(&states, a, b, &key);
+            for e in &got {
+                let text = |v: &Value| serde_json::to_string(v).unwrap();
+                let touched = if key.is_empty() {
+                    text(if e["op"] == "delete" {
+                        &e["before"]
+                    } else {
+                        &e["after"]
+                    })
+                } else {
+                    text(&e["key"])
+                };
+                let j = last[&touched];
+                assert_eq!(
+                    id64(&e["snapshot_id"]),
+                    Some(snapshots[j - 1]),
+                    "{what}: {e} names another snapshot than its last change's (#{j})"
+                );
+            }
+            // The range is kept: asking again needs no wait.
+            let mut again = format!("/v1/tables/{id}/changes?net=true&until={until}&limit=1");
+            if let Some(after) = &cursors[a] {
+                again.push_str(&format!("&after={after}"));
+            }
+            let (status, page) = node.get(&again).await;
+            assert_eq!(status, 200, "{what}: {page}");
+            checked = (checked.0 + 1, checked.1 + got.len());
+        }
+    }
+    eprintln!(
+        "net changes: {} ranges, {} events compared",
+        checked.0, checked.1
+    );
+    node.shutdown().await;
+}
+
+#[tokio::test]
+async fn net_changes_answer_misuse_and_wait_with_202() {
+    let wh = Warehouse::new().await;
+    let t = wh.create("shop.orders", orders_schema(), None).await;
+    let t = wh.append(&t, &[orders(1..=3)]).await;
+    let t = wh.append(&t, &[orders(4..=5)]).await;
+    let db = fresh_database().await;
+    let store = tempfile::tempdir().unwrap();
+    let node = Node::start(test_settings(&db, store.path())).await;
+    let id = node
+        .register(&wh.registration("shop.orders", json!({})))
+        .await;
+    node.wait_for_checkpoint(&id, head(&t)).await;
+    let (events, end) = node.all_events(&id, None, 100).await;
+    let base = format!("/v1/tables/{id}/changes");
+
+    // Not yet computed: 202, with the range's explicit end to ask again with.
+    let r = node
+        .http
+        .get(node.url(&format!("{base}?net=true")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    assert_eq!(r.headers()["retry-after"], "1");
+    let location = r.headers()["location"].to_str().unwrap().to_string();
+    let pending: Value = r.json().await.unwrap();
+    assert_eq!(pending["state"], "computing");
+    assert_eq!(
+        pending["until"],
+        end.as_str(),
+        "the head when it was asked for"
+    );
+    assert!(location.contains(&format!("until={end}")), "{location}");
+    let (status, page) = node.get(&format!("{location}&wait=60")).await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page["events"].as_array().unwrap().len(), 5);
+    assert_eq!(page["next"], end.as_str());
+    assert_eq!(page["more"], false);
+
+    // An empty range answers at once, ending where it was asked to.
+    let (status, page) = node.get(&format!("{base}?net=true&after={end}")).await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page["events"], json!([]));
+    assert_eq!(page["next"], end.as_str());
+
+    let problem = |status: u16, page: &Value, code: &str| {
+        assert_eq!(page["code"], code, "{page}");
+        assert_eq!(page["status"], status, "{page}");
+    };
+    let first = events[0]["position"].as_str().unwrap();
+    // `until` without `net`, before `after`, or a net cursor.
+    let (status, page) = node.get(&format!("{base}?until={end}")).await;
+    assert_eq!(status, 400);
+    problem(400, &page, "range_invalid");
+    let (status, page) = node
+        .get(&format!("{base}?net=true&after={end}&until={first}"))
+        .await;
+    assert_eq!(status, 400);
+    problem(400, &page, "range_invalid");
+    let (_, page) = node
+        .get(&format!("{base}?net=true&until={end}&limit=2&wait=60"))
+        .await;
+    let inside = page["next"].as_str().unwrap().to_string();
+    assert_ne!(
+        inside, end,
+        "two of five events leave a cursor into the range"
+    );
+    let (status, page) = node.get(&format!("{base}?net=true&until={inside}")).await;
+    assert_eq!(status, 400);
+    problem(400, &page, "range_invalid");
+    let (status, page) = node
+        .get(&format!("{base}?after={inside}&until={end}"))
+        .await;
+    assert_eq!(status, 400);
+    problem(400, &page, "range_invalid");
+    // A net cursor continues its range without `net`; each event's position too.
+    let (status, page) = node.get(&format!("{base}?after={inside}")).await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page["events"].as_array().unwrap().len(), 3);
+    assert_eq!(page["next"], end.as_str());
+    let position = page["events"][0]["position"].as_str().unwrap();
+    let (_, rest) = node.get(&format!("{base}?after={position}")).await;
+    assert_eq!(rest["events"].as_array().unwrap().len(), 2);
+    // A cursor of another table's range is refused.
+    let other = wh.create("shop.other", orders_schema(), None).await;
+    let other = wh.append(&other, &[orders(1..=1)]).await;
+    let other_id = node
+        .register(&wh.registration("shop.other", json!({})))
+        .await;
+    node.wait_for_checkpoint(&other_id, head(&other)).await;
+    let (status, page) = node
+        .get(&format!("/v1/tables/{other_id}/changes?after={inside}"))
+        .await;
+    assert_eq!(status, 400);
+    problem(400, &page, "foreign_cursor");
+
+    // A range no longer kept: 410, saying how to get it again.
+    let mut conn = <sqlx::PgConnection as sqlx::Connection>::connect(&db)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM net_ranges")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let (status, page) = node.get(&format!("{base}?after={inside}")).await;
+    assert_eq!(status, 410);
+    problem(410, &page, "net_range_expired");
+    node.shutdown().await;
+}
