@@ -32,11 +32,12 @@ const RETRY_AFTER_SECONDS: u32 = 1;
 pub struct NetPending {
     /// Always `computing`.
     pub state: String,
-    /// The feed cursor the range starts after.
+    /// The cursor to ask again after: a table's range starts after it; a subscription's
+    /// names the range being computed.
     pub after: String,
-    /// The feed cursor of the range's end: pass it as `until` (the range's end would
+    /// A table's range: the feed cursor of its end, to pass as `until` (the end would
     /// otherwise be the head of the feed when the next request comes).
-    pub until: String,
+    pub until: Option<String>,
 }
 
 /// Whether a page request asks for net changes: `net=true`, or a cursor into them.
@@ -74,7 +75,7 @@ pub async fn net_page(
                 .ok_or_else(range_dropped)?;
             (range, at.consumed)
         }
-        _ => match open_range(state, table, query).await? {
+        _ => match range_of_query(state, table, query).await? {
             Opened::Range(range) => (range, 0),
             Opened::Empty { until } => {
                 let more = state.store.has_events_after(table.id, until).await?;
@@ -96,7 +97,17 @@ pub async fn net_page(
     };
     let event_count = match wait_for(state, range.clone(), wait).await? {
         Some(count) => count,
-        None => return Ok(pending(table, &range)),
+        None => {
+            let (after, until) = (
+                range.after.to_cursor(table.id),
+                range.until.to_cursor(table.id),
+            );
+            let location = format!(
+                "/v1/tables/{}/changes?net=true&after={after}&until={until}",
+                table.id
+            );
+            return Ok(pending(after, Some(until), &location));
+        }
     };
     let options = query.longs.unwrap_or_default().options();
     let range_id = range.key.range;
@@ -140,21 +151,21 @@ pub async fn net_page(
 }
 
 /// A range to read, or the end of one without events.
-enum Opened {
+pub(crate) enum Opened {
     Range(NetRange),
     Empty { until: Position },
 }
 
-/// The range `query` names by feed cursors, created (and its computation started) if no
-/// one asked for it before.
-async fn open_range(
+/// The range `query` names by feed cursors.
+async fn range_of_query(
     state: &AppState,
     table: &SourceTable,
     query: &PageQuery,
 ) -> Result<Opened, ApiError> {
     let after = start_position(state, table, query.after.as_deref()).await?;
     let until = match query.until.as_deref() {
-        None => state.store.feed_head(table.id).await?,
+        // After the head (`now`): nothing yet.
+        None => state.store.feed_head(table.id).await?.max(after),
         Some(cursor) => match Cursor::parse(cursor, table.id)? {
             Cursor::Feed(until) => {
                 ensure_published(state, table, until).await?;
@@ -175,6 +186,17 @@ async fn open_range(
             "`until` lies before `after`: a range runs forward from `after` to `until`",
         ));
     }
+    open_range(state, table, after, until).await
+}
+
+/// The range of `table` from `after` to `until`, created (and its computation started)
+/// if no one asked for it before.
+pub(crate) async fn open_range(
+    state: &AppState,
+    table: &SourceTable,
+    after: Position,
+    until: Position,
+) -> Result<Opened, ApiError> {
     ensure_retained(state, table, after).await?;
     let schemas = state.store.schemas_between(table.id, after, until).await?;
     let schema_id = match schemas[..] {
@@ -216,7 +238,7 @@ async fn open_range(
 /// Waits up to `wait` for `range` to be computed, moving it on meanwhile: its event
 /// count, or `None` when it is still being computed. A range that failed is dropped
 /// (the next request computes it afresh) and answered with its failure.
-async fn wait_for(
+pub(crate) async fn wait_for(
     state: &AppState,
     mut range: NetRange,
     wait: Duration,
@@ -259,16 +281,9 @@ async fn wait_for(
     }
 }
 
-/// `202`: the range is being computed; where to ask again.
-fn pending(table: &SourceTable, range: &NetRange) -> Response {
-    let (after, until) = (
-        range.after.to_cursor(table.id),
-        range.until.to_cursor(table.id),
-    );
-    let location = format!(
-        "/v1/tables/{}/changes?net=true&after={after}&until={until}",
-        table.id
-    );
+/// `202`: a range is being computed; ask again after `after` (and up to `until`), as
+/// `location` does.
+pub(crate) fn pending(after: String, until: Option<String>, location: &str) -> Response {
     let mut response = (
         StatusCode::ACCEPTED,
         axum::Json(NetPending {
@@ -282,12 +297,13 @@ fn pending(table: &SourceTable, range: &NetRange) -> Response {
     headers.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
     headers.insert(
         header::LOCATION,
-        HeaderValue::from_str(&location).expect("ids and cursors are URL-safe"),
+        HeaderValue::from_str(location).expect("ids and cursors are URL-safe"),
     );
     response
 }
 
-fn range_dropped() -> ApiError {
+/// `410`: a range's result is no longer kept.
+pub(crate) fn range_dropped() -> ApiError {
     ApiError::new(
         StatusCode::GONE,
         "net_range_expired",

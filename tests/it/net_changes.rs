@@ -14,7 +14,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 
 use crate::diffing::{change, diff, key_of, seeds_in};
-use crate::fixtures::{orders, orders_schema};
+use crate::fixtures::{orders, orders_named, orders_schema};
 use crate::oracle::{random_history, register, scan_state};
 use crate::support::{Node, Warehouse, fresh_database, head, id64, test_settings};
 
@@ -316,5 +316,125 @@ async fn net_changes_answer_misuse_and_wait_with_202() {
     let (status, page) = node.get(&format!("{base}?after={inside}")).await;
     assert_eq!(status, 410);
     problem(410, &page, "net_range_expired");
+    node.shutdown().await;
+}
+
+/// A subscription over two tables reads each table's net changes in turn; acknowledging
+/// a cursor inside the second range commits the first table's end only, and
+/// acknowledging the last page's `next` commits both.
+#[tokio::test]
+async fn subscriptions_read_net_changes_table_after_table_and_ack_their_ends() {
+    let wh = Warehouse::new().await;
+    let (node, _store) = Node::start_fresh().await;
+    let a = wh.create("shop.a", orders_schema(), None).await;
+    let a = wh.append(&a, &[orders(1..=5)]).await;
+    let a_id = node.register(&wh.registration("shop.a", json!({}))).await;
+    node.wait_for_checkpoint(&a_id, head(&a)).await;
+    // Update 3, delete 4, insert 6: net of the whole feed, inserts of 1, 2, 3 (updated), 5, 6.
+    let rows = arrow::compute::concat_batches(
+        &orders(1..=1).schema(),
+        &[orders([1, 2, 5]), orders_named([3], "x"), orders([6])],
+    )
+    .unwrap();
+    let a = wh.overwrite_all(&a, &[rows]).await;
+    node.wait_for_checkpoint(&a_id, head(&a)).await;
+    let b = wh.create("shop.b", orders_schema(), None).await;
+    let b = wh.append(&b, &[orders(1..=2)]).await;
+    let b_id = node.register(&wh.registration("shop.b", json!({}))).await;
+    node.wait_for_checkpoint(&b_id, head(&b)).await;
+    let (status, sub) = node
+        .post(
+            "/v1/subscriptions",
+            &json!({"name": "net", "tables": [a_id, b_id]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{sub}");
+    assert_eq!(sub["lag"]["events"], 10, "8 events of a, 2 of b");
+
+    // Not computed yet: 202, naming where to ask again.
+    let r = node
+        .http
+        .get(node.url("/v1/subscriptions/net/events?net=true"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 202);
+    let pending: Value = r.json().await.unwrap();
+    assert_eq!(pending["state"], "computing");
+
+    let mut events = Vec::new();
+    let mut path = "/v1/subscriptions/net/events?net=true&limit=4&wait=60".to_string();
+    let mut cursors = Vec::new();
+    loop {
+        let (status, page) = node.get(&path).await;
+        assert_eq!(status, 200, "{page}");
+        events.extend(page["events"].as_array().unwrap().iter().cloned());
+        let next = page["next"].as_str().unwrap().to_string();
+        cursors.push(next.clone());
+        if page["more"] == false {
+            break;
+        }
+        path = format!("/v1/subscriptions/net/events?after={next}&limit=4&wait=60");
+    }
+    let by_table = |name: &str| -> Vec<(String, i64, String)> {
+        let mut rows: Vec<(String, i64, String)> = events
+            .iter()
+            .filter(|e| e["table"] == name)
+            .map(|e| {
+                (
+                    e["op"].as_str().unwrap().to_string(),
+                    e["after"]["id"].as_i64().unwrap(),
+                    e["after"]["name"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        rows.sort();
+        rows
+    };
+    let insert = |id: i64, name: &str| ("insert".to_string(), id, name.to_string());
+    assert_eq!(
+        by_table("shop.a"),
+        vec![
+            insert(1, "n1"),
+            insert(2, "n2"),
+            insert(3, "n3x"),
+            insert(5, "n5"),
+            insert(6, "n6")
+        ]
+    );
+    assert_eq!(by_table("shop.b"), vec![insert(1, "n1"), insert(2, "n2")]);
+    assert_eq!(events.len(), 7);
+    // Table a's events come first: a cursor inside a's range commits nothing, one
+    // inside b's range commits a's end.
+    assert_eq!(
+        cursors.len(),
+        3,
+        "inside a, inside b (being computed), the end"
+    );
+    let (status, acked) = node
+        .post(
+            "/v1/subscriptions/net/ack",
+            &json!({"position": cursors[0]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{acked}");
+    assert_eq!(acked["lag"]["events"], 10);
+    let inside_b = &cursors[1];
+    let (status, acked) = node
+        .post("/v1/subscriptions/net/ack", &json!({"position": inside_b}))
+        .await;
+    assert_eq!(status, 200, "{acked}");
+    assert_eq!(
+        acked["lag"]["events"], 2,
+        "b's events are not committed yet"
+    );
+    let (status, acked) = node
+        .post(
+            "/v1/subscriptions/net/ack",
+            &json!({"position": cursors.last().unwrap()}),
+        )
+        .await;
+    assert_eq!(status, 200, "{acked}");
+    assert_eq!(acked["lag"]["events"], 0);
     node.shutdown().await;
 }

@@ -1,6 +1,7 @@
 //! `/v1/subscriptions`: named consumers with committed positions, their pages and acks.
 
 pub mod model;
+mod net;
 pub mod push;
 mod start;
 pub mod stream;
@@ -76,7 +77,7 @@ impl Loaded {
         subscription_cursor::encode(self.subscription.id, positions)
     }
 
-    fn committed(&self) -> Vec<Position> {
+    pub(crate) fn committed(&self) -> Vec<Position> {
         self.slots.iter().map(|s| s.committed).collect()
     }
 
@@ -441,9 +442,15 @@ pub struct SubscriptionPageQuery {
     /// `json`, `ndjson` or `arrow`; overrides the `Accept` header.
     pub format: Option<Format>,
     /// Seconds to wait for events when none are available (a long poll); 0 (default)
-    /// answers at once; at most `api.max_wait` (60 s).
+    /// answers at once; at most `api.max_wait` (60 s). With `net=true`: how long to wait
+    /// for a range's net changes to be computed before answering `202`.
     #[param(minimum = 0)]
     pub wait: Option<i64>,
+    /// `true`: the net changes of each table from the subscription's position to the
+    /// table's head, table after table (see the table feed's `net`); `202` while one is
+    /// computed. Acknowledging a cursor commits the ends of the ranges read through. A
+    /// cursor into net changes continues them without it.
+    pub net: Option<bool>,
 }
 
 /// Read the next page of a subscription.
@@ -466,10 +473,17 @@ pub struct SubscriptionPageQuery {
             ("Icefeed-More" = bool, description = "Whether more events are available now"),
             ("Icefeed-Count" = u64, description = "Events in the page"),
         )),
+        (status = 202, description = "Net changes: a table's range is being computed; ask again after the body's `after` (`Location` has the URL)", body = crate::api::net::NetPending,
+        headers(
+            ("Retry-After" = u32, description = "Seconds to wait before asking again"),
+            ("Location" = String, description = "The request to ask again with"),
+        )),
         (status = 400, description = "Malformed or foreign cursor, or one beyond a table's feed (`cursor_ahead`); limit or wait out of range", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The subscription is paused", body = Problem, content_type = "application/problem+json"),
-        (status = 410, description = "Retention removed events the subscription had not consumed (a hard limit); `earliest` holds the oldest available cursor", body = Problem, content_type = "application/problem+json"),
+        (status = 410, description = "Retention removed events the subscription had not consumed (a hard limit; `position_expired`, `earliest` holds the oldest available cursor), or the net changes of a range are no longer kept (`net_range_expired`)", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Net changes: a table's schema changed within its range (`net_range_spans_schemas`), or its identifier columns are not unique at one end of it (`net_changes_failed`)", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "Net changes: computing them failed for a passing reason (`net_changes_failed`); asking again computes them afresh", body = Problem, content_type = "application/problem+json"),
     )
 )]
 pub async fn get_subscription_events(
@@ -481,6 +495,9 @@ pub async fn get_subscription_events(
     let loaded = load(&state, &id).await?;
     push::ensure_pull(&loaded)?;
     loaded.ensure_active()?;
+    if net::is_net(&query) {
+        return net::net_events(&state, &loaded, &query, &headers).await;
+    }
     let limit = page_limit(&state, query.limit)?;
     let wait = long_poll_wait(&state, query.wait)?;
     let start = loaded.start(&state, query.after.as_deref()).await?;
