@@ -17,7 +17,7 @@ use super::pages::{Format, PageSink, PageTail, long_poll_wait, page_limit, selec
 use crate::changelog::key_indexes;
 use crate::changes::{Cursor, NetPosition, Position};
 use crate::delivery::FeedError;
-use crate::failure::FailureCode;
+use crate::failure::{Failure, FailureCode};
 use crate::store::{NetRange, NetState, SourceTable, TableId};
 use crate::workers::net;
 
@@ -249,22 +249,7 @@ pub(crate) async fn wait_for(
             NetState::Ready { event_count } => return Ok(Some(*event_count)),
             NetState::Failed(failure) => {
                 state.store.drop_net_range(&range.key).await?;
-                let status = if failure.code == FailureCode::IdentifierColumnsInvalid {
-                    StatusCode::UNPROCESSABLE_ENTITY
-                } else {
-                    StatusCode::SERVICE_UNAVAILABLE
-                };
-                return Err(ApiError::new(
-                    status,
-                    "net_changes_failed",
-                    format!(
-                        "computing the net changes of the range failed ({}: {}); asking \
-                         again computes them afresh",
-                        failure.code.as_str(),
-                        failure.message
-                    ),
-                )
-                .with("failure_code", failure.code.as_str()));
+                return Err(computation_failed(failure));
             }
             NetState::Computing => {}
         }
@@ -300,6 +285,37 @@ pub(crate) fn pending(after: String, until: Option<String>, location: &str) -> R
         HeaderValue::from_str(location).expect("ids and cursors are URL-safe"),
     );
     response
+}
+
+/// The answer for a range whose computation failed: `422` with the reason when the data
+/// is at fault (identifier columns not unique at one end), else `503` whose cause goes
+/// to the log only, as for other 5xx answers.
+fn computation_failed(failure: &Failure) -> ApiError {
+    if failure.code == FailureCode::IdentifierColumnsInvalid {
+        return ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "net_changes_failed",
+            format!(
+                "the net changes of the range cannot be computed: {}",
+                failure.message
+            ),
+        )
+        .with("failure_code", failure.code.as_str());
+    }
+    let id = uuid::Uuid::new_v4();
+    tracing::warn!(error_id = %id, code = failure.code.as_str(), error = %failure.message,
+        "computing net changes failed");
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "net_changes_failed",
+        format!(
+            "computing the net changes of the range failed for a passing reason ({}); asking \
+             again computes them afresh; reference {id} in the log",
+            failure.code.as_str()
+        ),
+    )
+    .with("failure_code", failure.code.as_str())
+    .with("error_id", id.to_string())
 }
 
 /// `410`: a range's result is no longer kept.

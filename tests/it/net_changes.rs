@@ -438,3 +438,32 @@ async fn subscriptions_read_net_changes_table_after_table_and_ack_their_ends() {
     assert_eq!(acked["lag"]["events"], 0);
     node.shutdown().await;
 }
+
+/// Net changes over a feed whose schema changed answer `422 net_range_spans_schemas`
+/// with `split_at`, the start of the first change set of another schema; the range up to
+/// it holds events of the first schema only.
+pub(crate) async fn check_split_at_schema_changes(node: &Node, id: &str) -> Result<(), String> {
+    let base = format!("/v1/tables/{id}/changes?net=true");
+    let (status, page) = node.get(&base).await;
+    if status != 422 || page["code"] != "net_range_spans_schemas" {
+        return Err(format!("net changes across schemas: {status} {page}"));
+    }
+    let split = page["split_at"].as_str().ok_or("no split_at")?.to_string();
+    let (events, _) = node.all_events(id, None, 500).await;
+    let first_schema = &events[0]["schema_id"];
+    let (status, net) = node
+        .get(&format!("{base}&until={split}&wait=60&limit=10000"))
+        .await;
+    if status != 200 || net["next"] != split.as_str() {
+        return Err(format!("net changes up to split_at: {status} {net}"));
+    }
+    match net["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| &e["schema_id"] != first_schema)
+    {
+        Some(e) => Err(format!("an event of another schema before split_at: {e}")),
+        None => Ok(()),
+    }
+}

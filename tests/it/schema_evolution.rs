@@ -336,6 +336,9 @@ async fn pyiceberg_schema_evolution_histories_match_icefeed() {
         if let Err(failure) = check_schemas(&node, id, &h.snapshots).await {
             problems.push(format!("schemas of {}:\n  {failure}", h.describe()));
         }
+        if let Err(failure) = crate::net_changes::check_split_at_schema_changes(&node, id).await {
+            problems.push(format!("net changes of {}:\n  {failure}", h.describe()));
+        }
         if !problems.is_empty() {
             let renames = h.identifier_renames();
             let note = if renames.is_empty() {
