@@ -467,3 +467,92 @@ pub(crate) async fn check_split_at_schema_changes(node: &Node, id: &str) -> Resu
         None => Ok(()),
     }
 }
+
+/// Identifier columns that are not unique at one end of a range (appends of one key
+/// twice publish fine, as inserts) fail the range's computation with the reason, and the
+/// failed range is dropped, so asking again computes it afresh.
+#[tokio::test]
+async fn a_range_whose_keys_are_not_unique_fails_with_the_reason() {
+    let wh = Warehouse::new().await;
+    let (node, _store) = Node::start_fresh().await;
+    let t = wh.create("shop.orders", orders_schema(), None).await;
+    let t = wh.append(&t, &[orders(1..=2)]).await;
+    let t = wh.append(&t, &[orders(2..=3)]).await;
+    let id = node
+        .register(&wh.registration("shop.orders", json!({})))
+        .await;
+    node.wait_for_checkpoint(&id, head(&t)).await;
+    for _ in 0..2 {
+        let (status, page) = node
+            .get(&format!("/v1/tables/{id}/changes?net=true&wait=60"))
+            .await;
+        assert_eq!(status, 422, "{page}");
+        assert_eq!(page["code"], "net_changes_failed");
+        assert_eq!(page["failure_code"], "identifier_columns_invalid");
+        assert!(
+            page["detail"].as_str().unwrap().contains("not unique"),
+            "{page}"
+        );
+    }
+    node.shutdown().await;
+}
+
+/// A range nobody reads for `retention.net_idle` is dropped with its segments: its
+/// cursors answer 410, and asking for the range again computes it anew.
+#[tokio::test]
+async fn ranges_nobody_reads_are_dropped_with_their_segments() {
+    let wh = Warehouse::new().await;
+    let store = tempfile::tempdir().unwrap();
+    let mut settings = test_settings(&fresh_database().await, store.path());
+    settings.retention.interval = std::time::Duration::from_millis(100);
+    settings.retention.net_idle = std::time::Duration::from_secs(1);
+    let node = Node::start(settings).await;
+    let t = wh.create("shop.orders", orders_schema(), None).await;
+    let t = wh.append(&t, &[orders(1..=5)]).await;
+    let id = node
+        .register(&wh.registration("shop.orders", json!({})))
+        .await;
+    node.wait_for_checkpoint(&id, head(&t)).await;
+    let (status, page) = node
+        .get(&format!("/v1/tables/{id}/changes?net=true&limit=2&wait=60"))
+        .await;
+    assert_eq!(status, 200, "{page}");
+    let inside = page["next"].as_str().unwrap().to_string();
+    let net_dir = || {
+        walkdir(store.path())
+            .into_iter()
+            .filter(|p| p.contains("/net/") || p.contains("/net-"))
+            .collect::<Vec<_>>()
+    };
+    assert!(!net_dir().is_empty(), "the result is in the change store");
+    // Reading the range would keep it: only the change store is watched.
+    crate::support::wait_until(std::time::Duration::from_secs(30), || async {
+        net_dir().is_empty().then_some(())
+    })
+    .await;
+    let (status, page) = node
+        .get(&format!("/v1/tables/{id}/changes?after={inside}"))
+        .await;
+    assert_eq!(status, 410, "{page}");
+    assert_eq!(page["code"], "net_range_expired");
+    let (status, page) = node
+        .get(&format!("/v1/tables/{id}/changes?net=true&wait=60"))
+        .await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page["events"].as_array().unwrap().len(), 5);
+    node.shutdown().await;
+}
+
+/// Every file below `dir`, as paths.
+fn walkdir(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walkdir(&path));
+        } else {
+            out.push(path.display().to_string());
+        }
+    }
+    out
+}
