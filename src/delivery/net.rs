@@ -73,6 +73,11 @@ impl Feed {
                         let head = self
                             .head(table, range, ordinal, segment, &mut heads)
                             .await?;
+                        // A sink that holds one table and schema per page ends it here.
+                        if !sink.accepts(table.id, head) {
+                            end.consumed = at;
+                            return Ok(end);
+                        }
                         let head = BatchHead {
                             table,
                             segment: head,

@@ -111,6 +111,8 @@ pub struct TaskFailure {
 
 impl Store {
     /// Creates tasks of `scope` unless they exist (same ids: planning again is a no-op).
+    /// A net range's are created only while it is being computed, so that a node planning
+    /// late cannot revive the tasks of a range another node finished.
     pub async fn create_tasks(
         &self,
         scope: impl Into<TaskScope>,
@@ -123,6 +125,8 @@ impl Store {
             "INSERT INTO tasks (id, table_id, snapshot_id, ordinal, kind, payload, net_range) \
              SELECT u.id, $1, $2, $3, $4, u.payload, $7 \
                FROM unnest($5::text[], $6::jsonb[]) AS u(id, payload) \
+              WHERE $7::bigint IS NULL OR EXISTS ( \
+                    SELECT 1 FROM net_ranges WHERE id = $7 AND state = 'computing') \
              ON CONFLICT (id) DO NOTHING",
         )
         .bind(key.table)

@@ -110,6 +110,100 @@ fn last_changes(states: &[Vec<Value>], a: usize, b: usize, key: &[&str]) -> Hash
     last
 }
 
+/// A range of a feed to check, with what the oracle knows of it.
+pub(crate) struct NetRange<'a> {
+    /// The feed cursor the range starts after (`None`: the start of the feed).
+    pub after: Option<&'a str>,
+    /// The feed cursor it ends at.
+    pub until: &'a str,
+    /// The table's rows at the range's start and after each snapshot in it, all under
+    /// the schema of the range's change sets.
+    pub states: &'a [Vec<Value>],
+    /// The snapshots in it (`states[i + 1]` follows `snapshots[i]`).
+    pub snapshots: &'a [i64],
+    /// The identifier columns; none: rows are compared whole.
+    pub key: &'a [&'a str],
+}
+
+/// Reads the net changes of `range` of table `id`, `limit` at a time, and compares them
+/// with the diff of its ends and each event's snapshot with its key's last change;
+/// then checks that the range is kept (asking again answers at once). Returns how many
+/// events it compared.
+pub(crate) async fn check_range(
+    node: &Node,
+    id: &str,
+    range: &NetRange<'_>,
+    limit: usize,
+) -> Result<usize, String> {
+    let (got, next) = net_events(node, id, range.after, range.until, limit).await;
+    if next != range.until {
+        return Err(format!("the last page ends at {next}, not at `until`"));
+    }
+    let mut have: Vec<String> = got
+        .iter()
+        .map(|e| {
+            let member = |m: &str| e.get(m).cloned().unwrap_or(Value::Null);
+            change(
+                e["op"].as_str().unwrap(),
+                &member("key"),
+                &member("before"),
+                &member("after"),
+            )
+        })
+        .collect();
+    have.sort();
+    let states = range.states;
+    let want = diff(&states[0], states.last().unwrap(), range.key);
+    if have != want {
+        let missing: Vec<&String> = want.iter().filter(|c| !have.contains(c)).collect();
+        let extra: Vec<&String> = have.iter().filter(|c| !want.contains(c)).collect();
+        return Err(format!(
+            "net changes differ from the diff of the ends:\n  missing: {missing:?}\n  \
+             unexpected: {extra:?}"
+        ));
+    }
+    let last = last_changes(states, 0, states.len() - 1, range.key);
+    for e in &got {
+        let text = |v: &Value| serde_json::to_string(v).unwrap();
+        let touched = if range.key.is_empty() {
+            text(if e["op"] == "delete" {
+                &e["before"]
+            } else {
+                &e["after"]
+            })
+        } else {
+            text(&e["key"])
+        };
+        let j = last[&touched];
+        if id64(&e["snapshot_id"]) != Some(range.snapshots[j - 1]) {
+            return Err(format!(
+                "{e} names another snapshot than its last change's ({})",
+                range.snapshots[j - 1]
+            ));
+        }
+    }
+    let mut again = format!(
+        "/v1/tables/{id}/changes?net=true&until={}&limit=1",
+        range.until
+    );
+    if let Some(after) = range.after {
+        again.push_str(&format!("&after={after}"));
+    }
+    let (status, page) = node.get(&again).await;
+    if status != 200 {
+        return Err(format!("asked again: {status} {page}"));
+    }
+    Ok(got.len())
+}
+
+/// The cursors after each state of a history of `snapshots` (the first: the start of
+/// the feed, `None`), from the feed's events.
+pub(crate) fn state_cursors(events: &[Value], snapshots: &[i64]) -> Vec<Option<String>> {
+    let mut cursors = vec![None];
+    cursors.extend(cursors_after(events, snapshots));
+    cursors
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn net_changes_over_random_ranges_match_the_diff_of_their_ends() {
     let seeds = seeds_in("ICEFEED_NET_SEEDS").unwrap_or_else(|| (1..=8).collect());
@@ -135,8 +229,7 @@ async fn net_changes_over_random_ranges_match_the_diff_of_their_ends() {
         node.wait_for_checkpoint(&id, *snapshots.last().unwrap())
             .await;
         let (events, _) = node.all_events(&id, None, 500).await;
-        let mut cursors = vec![None];
-        cursors.extend(cursors_after(&events, &snapshots));
+        let cursors = state_cursors(&events, &snapshots);
 
         let mut rng = StdRng::seed_from_u64(seed);
         let n = states.len() - 1;
@@ -149,56 +242,18 @@ async fn net_changes_over_random_ranges_match_the_diff_of_their_ends() {
             let Some(until) = cursors[b].as_deref() else {
                 continue; // Nothing published up to b: no cursor names its end.
             };
-            let what = format!("seed {seed}, range from state {a} to {b} of {n}");
+            let range = NetRange {
+                after: cursors[a].as_deref(),
+                until,
+                states: &states[a..=b],
+                snapshots: &snapshots[a..b],
+                key: &key,
+            };
             let limit = rng.random_range(1..=9);
-            let (got, next) = net_events(&node, &id, cursors[a].as_deref(), until, limit).await;
-            assert_eq!(next, until, "{what}: the last page ends at `until`");
-            let mut have: Vec<String> = got
-                .iter()
-                .map(|e| {
-                    let member = |m: &str| e.get(m).cloned().unwrap_or(Value::Null);
-                    change(
-                        e["op"].as_str().unwrap(),
-                        &member("key"),
-                        &member("before"),
-                        &member("after"),
-                    )
-                })
-                .collect();
-            have.sort();
-            let want = diff(&states[a], &states[b], &key);
-            assert_eq!(
-                have, want,
-                "{what}: net changes differ from the diff of the ends"
-            );
-
-            let last = last_changes(&states, a, b, &key);
-            for e in &got {
-                let text = |v: &Value| serde_json::to_string(v).unwrap();
-                let touched = if key.is_empty() {
-                    text(if e["op"] == "delete" {
-                        &e["before"]
-                    } else {
-                        &e["after"]
-                    })
-                } else {
-                    text(&e["key"])
-                };
-                let j = last[&touched];
-                assert_eq!(
-                    id64(&e["snapshot_id"]),
-                    Some(snapshots[j - 1]),
-                    "{what}: {e} names another snapshot than its last change's (#{j})"
-                );
+            match check_range(&node, &id, &range, limit).await {
+                Ok(events) => checked = (checked.0 + 1, checked.1 + events),
+                Err(e) => panic!("seed {seed}, range from state {a} to {b} of {n}: {e}"),
             }
-            // The range is kept: asking again needs no wait.
-            let mut again = format!("/v1/tables/{id}/changes?net=true&until={until}&limit=1");
-            if let Some(after) = &cursors[a] {
-                again.push_str(&format!("&after={after}"));
-            }
-            let (status, page) = node.get(&again).await;
-            assert_eq!(status, 200, "{what}: {page}");
-            checked = (checked.0 + 1, checked.1 + got.len());
         }
     }
     eprintln!(
@@ -404,6 +459,29 @@ async fn subscriptions_read_net_changes_table_after_table_and_ack_their_ends() {
     );
     assert_eq!(by_table("shop.b"), vec![insert(1, "n1"), insert(2, "n2")]);
     assert_eq!(events.len(), 7);
+    // An Arrow page holds one table: a's five inserts, then b's two.
+    let mut rows = Vec::new();
+    let mut path =
+        "/v1/subscriptions/net/events?net=true&format=arrow&limit=100&wait=60".to_string();
+    loop {
+        let r = node.http.get(node.url(&path)).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+        let more = r.headers()["icefeed-more"] == "true";
+        let next = r.headers()["icefeed-next-cursor"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let body = r.bytes().await.unwrap();
+        let reader =
+            arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(body), None).unwrap();
+        rows.push(reader.map(|b| b.unwrap().num_rows()).sum::<usize>());
+        if !more {
+            break;
+        }
+        path = format!("/v1/subscriptions/net/events?after={next}&format=arrow&limit=100");
+    }
+    assert_eq!(rows, vec![5, 2]);
+
     // Table a's events come first: a cursor inside a's range commits nothing, one
     // inside b's range commits a's end.
     assert_eq!(

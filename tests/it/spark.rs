@@ -58,8 +58,9 @@ use serde_json::{Value, json};
 
 use crate::diffing::{
     Column, OracleSnapshot, Paired, check_schemas, compare_feed, diff_paired, expected_changes,
-    expected_changes_by, labels, pair_rows, seeds_in,
+    expected_changes_by, labels, pair_rows, project, seeds_in,
 };
+use crate::net_changes::{NetRange, check_range, state_cursors};
 use crate::support::{Node, id64, run_with_deadline};
 
 /// Merge-on-read seeds run when `ICEFEED_SPARK_SEEDS` is unset: v2 and v3, partitioned
@@ -659,6 +660,64 @@ async fn check(
     .await;
 }
 
+/// Random ranges of the history's feed that span one schema (net changes compare rows
+/// of one schema): their net changes must be the diff of the table at their ends, by
+/// key, or as multisets of whole rows for a table registered without a key.
+async fn check_net_changes(
+    node: &Node,
+    id: &str,
+    h: &History,
+    pairing: Pairing,
+) -> Result<(), String> {
+    const RANGES: usize = 3;
+    let snapshots: Vec<i64> = h.snapshots.iter().map(|s| s.snapshot_id).collect();
+    let (events, _) = node.all_events(id, None, 500).await;
+    let cursors = state_cursors(&events, &snapshots);
+    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(h.seed);
+    for _ in 0..RANGES {
+        // The range covers snapshots a..b: all of b - 1's schema.
+        let b = rand::Rng::random_range(&mut rng, 1..=snapshots.len());
+        let end = &h.snapshots[b - 1];
+        let mut first = b - 1;
+        while first > 0 && h.snapshots[first - 1].schema_id == end.schema_id {
+            first -= 1;
+        }
+        let a = rand::Rng::random_range(&mut rng, first..b);
+        let Some(until) = cursors[b].as_deref() else {
+            continue;
+        };
+        let columns = end.columns();
+        let mut states = vec![match a {
+            0 => Vec::new(),
+            _ => {
+                let start = &h.snapshots[a - 1];
+                let from = start.columns();
+                start
+                    .rows
+                    .iter()
+                    .map(|r| project(r, &from, &columns))
+                    .collect()
+            }
+        }];
+        states.extend(h.snapshots[a..b].iter().map(|s| s.rows.clone()));
+        let key: Vec<&str> = match pairing {
+            Pairing::Key => end.identifier.iter().map(String::as_str).collect(),
+            Pairing::RowId => Vec::new(),
+        };
+        let range = NetRange {
+            after: cursors[a].as_deref(),
+            until,
+            states: &states,
+            snapshots: &snapshots[a..b],
+            key: &key,
+        };
+        check_range(node, id, &range, 50)
+            .await
+            .map_err(|e| format!("net changes after state {a} up to {b}: {e}"))?;
+    }
+    Ok(())
+}
+
 /// Compares the feeds of `histories` (registered as `ids` on `node`, which is shut down
 /// after, to pair rows by `pairing`) with what Spark wrote: change sets, schemas and
 /// lineage; every failing seed is reported, with the snapshots that differ and the
@@ -706,7 +765,8 @@ async fn compare_histories(
         let compared = async {
             compare_feed(&node, id, &h.describe(), &labels, &sequence, &expected).await?;
             check_schemas(&node, id, &h.snapshots).await?;
-            check_lineage(&node, id, h, pairing).await
+            check_lineage(&node, id, h, pairing).await?;
+            check_net_changes(&node, id, h, pairing).await
         }
         .await;
         if let Err(failure) = compared {
