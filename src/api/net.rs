@@ -1,19 +1,19 @@
 //! `?net=true` on `/v1/tables/{id}/changes`: the net changes of a range of the feed. The
-//! first request for a range has leased tasks compute it (see `workers::net`); every
-//! request for the same range reads the one result, page by page, with cursors of its
-//! own; the last page's `next` is the feed cursor of the range's end.
+//! first request for a range has leased tasks compute it (see `workers::net`); until
+//! they are done, pages are empty with `more` and a cursor that holds the range (a long
+//! poll waits for them). Every request for the same range reads the one result, page by
+//! page, with cursors of its own; the last page's `next` is the feed cursor of the
+//! range's end.
 
 use std::time::{Duration, Instant};
 
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use serde::Serialize;
-use utoipa::ToSchema;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
 
 use super::AppState;
-use super::changes::{PageQuery, ensure_published, ensure_retained, start_position};
 use super::error::ApiError;
 use super::pages::{Format, PageSink, PageTail, long_poll_wait, page_limit, selection};
+use super::pages::{PageQuery, ensure_published, ensure_retained, start_position};
 use crate::changelog::key_indexes;
 use crate::changes::{Cursor, NetPosition, Position};
 use crate::delivery::FeedError;
@@ -23,23 +23,6 @@ use crate::workers::net;
 
 /// How often a request waiting for a range looks at it again.
 const POLL: Duration = Duration::from_millis(50);
-/// Seconds a `202` answer suggests waiting before asking again.
-const RETRY_AFTER_SECONDS: u32 = 1;
-
-/// The answer while a range's net changes are being computed (`202`): ask again, with
-/// the same `after` and this `until`, to get the first page.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct NetPending {
-    /// Always `computing`.
-    pub state: String,
-    /// The cursor to ask again after: a table's range starts after it; a subscription's
-    /// names the range being computed.
-    pub after: String,
-    /// A table's range: the feed cursor of its end, to pass as `until` (the end would
-    /// otherwise be the head of the feed when the next request comes).
-    pub until: Option<String>,
-}
-
 /// Whether a page request asks for net changes: `net=true`, or a cursor into them.
 pub fn is_net(query: &PageQuery) -> bool {
     query.net.unwrap_or(false)
@@ -59,9 +42,15 @@ pub async fn net_page(
     let limit = page_limit(state, query.limit)?;
     let wait = long_poll_wait(state, query.wait)?;
     let selection = selection(state, table, query.ops.as_deref(), query.columns.as_deref()).await?;
-    let (range, consumed) = match query.after.as_deref().map(|c| Cursor::parse(c, table.id)) {
-        Some(Err(e)) => return Err(e.into()),
-        Some(Ok(Cursor::Net(at))) => {
+    // Feed cursors (and `now`) start a range; a cursor into net changes continues one.
+    let continued = query
+        .after
+        .as_deref()
+        .filter(|c| NetPosition::is_net_cursor(c))
+        .map(|c| Cursor::parse(c, table.id))
+        .transpose()?;
+    let (range, consumed) = match continued {
+        Some(Cursor::Net(at)) => {
             if query.until.is_some() {
                 return Err(ApiError::bad_request(
                     "range_invalid",
@@ -95,22 +84,30 @@ pub async fn net_page(
             }
         },
     };
-    let event_count = match wait_for(state, range.clone(), wait).await? {
-        Some(count) => count,
-        None => {
-            let (after, until) = (
-                range.after.to_cursor(table.id),
-                range.until.to_cursor(table.id),
-            );
-            let location = format!(
-                "/v1/tables/{}/changes?net=true&after={after}&until={until}",
-                table.id
-            );
-            return Ok(pending(after, Some(until), &location));
-        }
-    };
     let options = query.longs.unwrap_or_default().options();
     let range_id = range.key.range;
+    let at = |consumed| {
+        NetPosition {
+            range: range_id,
+            consumed,
+        }
+        .to_cursor(table.id)
+    };
+    let Some(event_count) = wait_for(state, range.clone(), wait).await? else {
+        // Still being computed: an empty page whose cursor holds the range.
+        let cursor = |t: TableId, p: Position| p.to_cursor(t);
+        let page = PageSink::new(
+            Format::negotiate(query.format, headers),
+            &options,
+            &cursor,
+            0,
+        );
+        let tail = PageTail {
+            next: at(consumed),
+            more: true,
+        };
+        return page.respond(state, tail, table, &selection).await;
+    };
     let cursor = move |t: TableId, p: Position| {
         NetPosition {
             range: range_id,
@@ -139,11 +136,7 @@ pub async fn net_page(
         }
     } else {
         PageTail {
-            next: NetPosition {
-                range: range_id,
-                consumed: end.consumed,
-            }
-            .to_cursor(table.id),
+            next: at(end.consumed),
             more: true,
         }
     };
@@ -264,27 +257,6 @@ pub(crate) async fn wait_for(
             .await?
             .ok_or_else(range_dropped)?;
     }
-}
-
-/// `202`: a range is being computed; ask again after `after` (and up to `until`), as
-/// `location` does.
-pub(crate) fn pending(after: String, until: Option<String>, location: &str) -> Response {
-    let mut response = (
-        StatusCode::ACCEPTED,
-        axum::Json(NetPending {
-            state: "computing".into(),
-            after,
-            until,
-        }),
-    )
-        .into_response();
-    let headers = response.headers_mut();
-    headers.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
-    headers.insert(
-        header::LOCATION,
-        HeaderValue::from_str(location).expect("ids and cursors are URL-safe"),
-    );
-    response
 }
 
 /// The answer for a range whose computation failed: `422` with the reason when the data

@@ -1,12 +1,12 @@
-//! What every page endpoint shares: formats, limits and rendering a page in the format
-//! the client asked for.
+//! What every page endpoint shares: the query of a table page, where a cursor starts,
+//! formats, limits and rendering a page in the format the client asked for.
 
 use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
 use super::error::ApiError;
@@ -310,4 +310,110 @@ impl From<SelectionError> for ApiError {
             }
         }
     }
+}
+
+/// The `after` that starts a feed at its head.
+const AFTER_NOW: &str = "now";
+
+/// Query parameters of a page request.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PageQuery {
+    /// Cursor to continue after (the `next` of the previous page or an event's
+    /// `position`); `now` to start at the head (only events published from now on);
+    /// omit to start at the oldest retained event.
+    pub after: Option<String>,
+    /// Events per page (default 1000); at most `api.max_limit` (10000).
+    #[param(minimum = 1)]
+    pub limit: Option<u32>,
+    /// How longs beyond ±2^53 are written: `auto` (default) or `number`.
+    pub longs: Option<Longs>,
+    /// Only these operations, comma-separated (`insert`, `update`, `delete`); events of
+    /// other operations are skipped. Default: all.
+    #[param(pattern = r"^(insert|update|delete)(,(insert|update|delete))*$")]
+    pub ops: Option<String>,
+    /// Only these top-level columns in `before`/`after` (and Arrow rows),
+    /// comma-separated; `key` always carries the identifier columns. Default: all.
+    #[param(min_length = 1)]
+    pub columns: Option<String>,
+    /// `json`, `ndjson` or `arrow`; overrides the `Accept` header.
+    pub format: Option<Format>,
+    /// Seconds to wait for events when none are available (a long poll): the answer
+    /// comes as soon as events are published, or as an empty page with the same cursor
+    /// when the wait ends. 0 (default) answers at once; at most `api.max_wait` (60 s).
+    /// With `net=true`: how long to wait for the range's net changes to be computed (an
+    /// empty page with `more` when they are not yet).
+    #[param(minimum = 0)]
+    pub wait: Option<i64>,
+    /// `true`: the net changes of the range after `after` up to `until`, at most one
+    /// event per key (the multiset difference of whole rows without identifier
+    /// columns), each with the snapshot of its key's last change. Computed once per
+    /// range and shared; while being computed, pages are empty with `more` and a `next`
+    /// that holds the range. The last page's `next` is the feed cursor of `until`. A
+    /// cursor into net changes continues them without it.
+    pub net: Option<bool>,
+    /// With `net=true`: the feed cursor the range ends at (included); default: the head
+    /// of the feed when the range is first asked for.
+    pub until: Option<String>,
+}
+
+/// The position a cursor names; none or empty is the oldest retained event, `now` the
+/// head of the feed as `table` was loaded. A cursor beyond what the feed published
+/// answers `400 cursor_ahead`.
+pub(crate) async fn start_position(
+    state: &AppState,
+    table: &SourceTable,
+    cursor: Option<&str>,
+) -> Result<Position, ApiError> {
+    match cursor {
+        None | Some("") => Ok(feed_start(table)),
+        Some(AFTER_NOW) => Ok(Position {
+            ordinal: table.last_ordinal + 1,
+            consumed: 0,
+        }),
+        Some(cursor) => {
+            let position = Position::from_cursor(cursor, table.id)?;
+            ensure_published(state, table, position).await?;
+            Ok(position)
+        }
+    }
+}
+
+/// Answers `400 cursor_ahead` when `p` lies beyond what `table`'s feed published: such
+/// a cursor was never handed out (forged, or of a table registered anew under the same
+/// id), and reading after it would answer empty pages forever, then skip the events
+/// published up to it. The position a caught-up reader holds is not beyond.
+pub(crate) async fn ensure_published(
+    state: &AppState,
+    table: &SourceTable,
+    p: Position,
+) -> Result<(), ApiError> {
+    if !state.store.is_beyond_feed(table.id, p).await? {
+        return Ok(());
+    }
+    Err(ApiError::bad_request(
+        "cursor_ahead",
+        format!(
+            "the cursor points past the end of the feed of table {}: no such position was \
+             published; pass a cursor the feed returned, or omit it to start where the feed \
+             starts",
+            table.table_name
+        ),
+    )
+    .with("table_id", table.id.to_string()))
+}
+
+/// Answers 410 when retention removed events after `after`. Checked after reading:
+/// retention only ever prunes a prefix, so if the position is still retained now, nothing
+/// after it went missing while the page was read.
+pub(crate) async fn ensure_retained(
+    state: &AppState,
+    table: &SourceTable,
+    after: Position,
+) -> Result<(), ApiError> {
+    let floor = state.store.floor(table.id).await?;
+    if floor.is_gone(after) {
+        return Err(position_expired(floor.earliest().to_cursor(table.id)));
+    }
+    Ok(())
 }

@@ -15,10 +15,10 @@ use serde::Deserialize;
 use utoipa::IntoParams;
 
 use super::AppState;
-use super::changes::{ensure_retained, start_position};
 use super::error::{ApiError, Problem};
 use super::extract::{Path, Query};
 use super::pages::{Longs, page_limit, selection};
+use super::pages::{ensure_retained, start_position};
 use super::tables::load;
 use crate::changes::Position;
 use crate::delivery::{Framing, JsonSink, PageRequest, StreamPage, StreamTiming, event_stream};

@@ -66,6 +66,12 @@ pub struct ChangeSetRecord {
     pub resurrected_rows: i64,
 }
 
+/// Selects [`SegmentRecord`]s: segments `s` joined with their change sets `c`.
+pub(super) const SELECT_SEGMENTS: &str = "SELECT s.ordinal, s.segment_no, s.first_event, s.event_count, s.layout, s.path, \
+            s.size_bytes, s.deleted_rows, s.first_row_id, s.lineage_sequence_number, \
+            c.snapshot_id, c.sequence_number, c.committed_at, c.schema_id, c.push_version \
+       FROM segments s JOIN change_sets c USING (table_id, ordinal)";
+
 /// A published segment with the metadata of its change set.
 #[derive(Clone, Debug, sqlx::FromRow, serde::Serialize, serde::Deserialize)]
 pub struct SegmentRecord {
@@ -297,17 +303,12 @@ impl Store {
         consumed: i64,
         max: i64,
     ) -> Result<Vec<SegmentRecord>, StoreError> {
-        Ok(sqlx::query_as(
-            "SELECT s.ordinal, s.segment_no, s.first_event, s.event_count, s.layout, s.path, \
-                    s.size_bytes, s.deleted_rows, s.first_row_id, s.lineage_sequence_number, \
-                    c.snapshot_id, c.sequence_number, \
-                    c.committed_at, c.schema_id, c.push_version \
-               FROM segments s JOIN change_sets c USING (table_id, ordinal) \
-              WHERE s.table_id = $1 \
+        Ok(sqlx::query_as(&format!(
+            "{SELECT_SEGMENTS} WHERE s.table_id = $1 \
                 AND (s.ordinal > $2 OR (s.ordinal = $2 AND s.first_event + s.event_count > $3)) \
               ORDER BY s.ordinal, s.segment_no \
-              LIMIT $4",
-        )
+              LIMIT $4"
+        ))
         .bind(table)
         .bind(ordinal)
         .bind(consumed)

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use super::change_sets::SELECT_SEGMENTS;
 use super::retention::queue_garbage;
 use super::{SegmentRecord, Store, StoreError, TableId};
 use crate::changes::{NetRangeKey, Position, ShuffleKey};
@@ -67,6 +68,9 @@ struct RangeRow {
     error_code: Option<String>,
     error: Option<String>,
     event_count: Option<i64>,
+    /// Whether the statement that returned it created it.
+    #[sqlx(default)]
+    created: bool,
 }
 
 impl From<RangeRow> for NetRange {
@@ -115,7 +119,7 @@ const IN_RANGE: &str = "(s.ordinal > $2 OR (s.ordinal = $2 AND s.first_event + s
 
 impl Store {
     /// The range of `table` from `after` to `until`, created if no consumer asked for it
-    /// before: true when this call created it (and must plan it).
+    /// before (true when this call created it), marked as read now.
     pub async fn net_range_for(
         &self,
         table: TableId,
@@ -124,11 +128,14 @@ impl Store {
         schema_id: i32,
         key_columns: &[usize],
     ) -> Result<(NetRange, bool), StoreError> {
-        let created: Option<RangeRow> = sqlx::query_as(&format!(
+        // `xmax = 0`: the row was inserted, not updated by the conflict.
+        let row: RangeRow = sqlx::query_as(&format!(
             "INSERT INTO net_ranges (table_id, after_ordinal, after_consumed, until_ordinal, \
                                      until_consumed, schema_id, key_columns) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING \
-             RETURNING {RANGE_COLUMNS}"
+             VALUES ($1, $2, $3, $4, $5, $6, $7) \
+             ON CONFLICT (table_id, after_ordinal, after_consumed, until_ordinal, until_consumed) \
+             DO UPDATE SET read_at = now() \
+             RETURNING {RANGE_COLUMNS}, (xmax = 0) AS created"
         ))
         .bind(table)
         .bind(after.ordinal)
@@ -137,27 +144,10 @@ impl Store {
         .bind(until.consumed)
         .bind(schema_id)
         .bind(key_columns.iter().map(|&i| i as i32).collect::<Vec<_>>())
-        .fetch_optional(&self.pool)
+        .fetch_one(&self.pool)
         .await?;
-        if let Some(row) = created {
-            return Ok((row.into(), true));
-        }
-        let row: RangeRow = sqlx::query_as(&format!(
-            "UPDATE net_ranges SET read_at = now() \
-              WHERE table_id = $1 AND after_ordinal = $2 AND after_consumed = $3 \
-                AND until_ordinal = $4 AND until_consumed = $5 \
-             RETURNING {RANGE_COLUMNS}"
-        ))
-        .bind(table)
-        .bind(after.ordinal)
-        .bind(after.consumed)
-        .bind(until.ordinal)
-        .bind(until.consumed)
-        .fetch_optional(&self.pool)
-        .await?
-        // Dropped between the two statements: the consumer asks again.
-        .ok_or_else(|| StoreError::Conflict("the range was just dropped".into()))?;
-        Ok((row.into(), false))
+        let created = row.created;
+        Ok((row.into(), created))
     }
 
     /// Range `id` of `table`, marked as read now.
@@ -214,12 +204,7 @@ impl Store {
         until: Position,
     ) -> Result<Vec<SegmentRecord>, StoreError> {
         Ok(sqlx::query_as(&format!(
-            "SELECT s.ordinal, s.segment_no, s.first_event, s.event_count, s.layout, s.path, \
-                    s.size_bytes, s.deleted_rows, s.first_row_id, s.lineage_sequence_number, \
-                    c.snapshot_id, c.sequence_number, \
-                    c.committed_at, c.schema_id, c.push_version \
-               FROM segments s JOIN change_sets c USING (table_id, ordinal) \
-              WHERE s.table_id = $1 AND {IN_RANGE} \
+            "{SELECT_SEGMENTS} WHERE s.table_id = $1 AND {IN_RANGE} \
               ORDER BY s.ordinal, s.segment_no"
         ))
         .bind(table)

@@ -14,8 +14,9 @@ use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 
 use crate::diffing::{change, diff, key_of, seeds_in};
-use crate::fixtures::{orders, orders_named, orders_schema};
+use crate::fixtures::{orders, orders_schema};
 use crate::oracle::{random_history, register, scan_state};
+use crate::subscriptions::orders_with_rewrite;
 use crate::support::{Node, Warehouse, fresh_database, head, id64, test_settings};
 
 /// Random ranges per history, besides the whole history.
@@ -264,7 +265,7 @@ async fn net_changes_over_random_ranges_match_the_diff_of_their_ends() {
 }
 
 #[tokio::test]
-async fn net_changes_answer_misuse_and_wait_with_202() {
+async fn net_changes_answer_misuse_and_hold_their_range_while_computed() {
     let wh = Warehouse::new().await;
     let t = wh.create("shop.orders", orders_schema(), None).await;
     let t = wh.append(&t, &[orders(1..=3)]).await;
@@ -279,35 +280,34 @@ async fn net_changes_answer_misuse_and_wait_with_202() {
     let (events, end) = node.all_events(&id, None, 100).await;
     let base = format!("/v1/tables/{id}/changes");
 
-    // Not yet computed: 202, with the range's explicit end to ask again with.
-    let r = node
-        .http
-        .get(node.url(&format!("{base}?net=true")))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 202);
-    assert_eq!(r.headers()["retry-after"], "1");
-    let location = r.headers()["location"].to_str().unwrap().to_string();
-    let pending: Value = r.json().await.unwrap();
-    assert_eq!(pending["state"], "computing");
-    assert_eq!(
-        pending["until"],
-        end.as_str(),
-        "the head when it was asked for"
-    );
-    assert!(location.contains(&format!("until={end}")), "{location}");
-    let (status, page) = node.get(&format!("{location}&wait=60")).await;
+    // Not yet computed: an empty page whose cursor holds the range (up to the head when
+    // it was asked for, even if the feed moves on), as a long poll that timed out.
+    let (status, first) = node.get(&format!("{base}?net=true")).await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["events"], json!([]));
+    assert_eq!(first["more"], true);
+    let holding = first["next"].as_str().unwrap().to_string();
+    assert_ne!(holding, end, "a cursor into the range, not the feed's");
+    let t = wh.append(&t, &[orders(6..=6)]).await;
+    node.wait_for_checkpoint(&id, head(&t)).await;
+    let (status, page) = node.get(&format!("{base}?after={holding}&wait=60")).await;
     assert_eq!(status, 200, "{page}");
     assert_eq!(page["events"].as_array().unwrap().len(), 5);
     assert_eq!(page["next"], end.as_str());
-    assert_eq!(page["more"], false);
+    assert_eq!(page["more"], true, "order 6 came after the range");
 
     // An empty range answers at once, ending where it was asked to.
-    let (status, page) = node.get(&format!("{base}?net=true&after={end}")).await;
+    let (status, page) = node
+        .get(&format!("{base}?net=true&after={end}&until={end}"))
+        .await;
     assert_eq!(status, 200, "{page}");
     assert_eq!(page["events"], json!([]));
     assert_eq!(page["next"], end.as_str());
+    assert_eq!(page["more"], true);
+    let (status, page) = node.get(&format!("{base}?net=true&after=now")).await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page["events"], json!([]));
+    assert_eq!(page["more"], false);
 
     let problem = |status: u16, page: &Value, code: &str| {
         assert_eq!(page["code"], code, "{page}");
@@ -381,18 +381,8 @@ async fn net_changes_answer_misuse_and_wait_with_202() {
 async fn subscriptions_read_net_changes_table_after_table_and_ack_their_ends() {
     let wh = Warehouse::new().await;
     let (node, _store) = Node::start_fresh().await;
-    let a = wh.create("shop.a", orders_schema(), None).await;
-    let a = wh.append(&a, &[orders(1..=5)]).await;
-    let a_id = node.register(&wh.registration("shop.a", json!({}))).await;
-    node.wait_for_checkpoint(&a_id, head(&a)).await;
     // Update 3, delete 4, insert 6: net of the whole feed, inserts of 1, 2, 3 (updated), 5, 6.
-    let rows = arrow::compute::concat_batches(
-        &orders(1..=1).schema(),
-        &[orders([1, 2, 5]), orders_named([3], "x"), orders([6])],
-    )
-    .unwrap();
-    let a = wh.overwrite_all(&a, &[rows]).await;
-    node.wait_for_checkpoint(&a_id, head(&a)).await;
+    let (a_id, _) = orders_with_rewrite(&node, &wh).await;
     let b = wh.create("shop.b", orders_schema(), None).await;
     let b = wh.append(&b, &[orders(1..=2)]).await;
     let b_id = node.register(&wh.registration("shop.b", json!({}))).await;
@@ -406,16 +396,11 @@ async fn subscriptions_read_net_changes_table_after_table_and_ack_their_ends() {
     assert_eq!(status, 201, "{sub}");
     assert_eq!(sub["lag"]["events"], 10, "8 events of a, 2 of b");
 
-    // Not computed yet: 202, naming where to ask again.
-    let r = node
-        .http
-        .get(node.url("/v1/subscriptions/net/events?net=true"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 202);
-    let pending: Value = r.json().await.unwrap();
-    assert_eq!(pending["state"], "computing");
+    // Not computed yet: an empty page, more to come.
+    let (status, first) = node.get("/v1/subscriptions/net/events?net=true").await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["events"], json!([]));
+    assert_eq!(first["more"], true);
 
     let mut events = Vec::new();
     let mut path = "/v1/subscriptions/net/events?net=true&limit=4&wait=60".to_string();
@@ -448,7 +433,7 @@ async fn subscriptions_read_net_changes_table_after_table_and_ack_their_ends() {
     };
     let insert = |id: i64, name: &str| ("insert".to_string(), id, name.to_string());
     assert_eq!(
-        by_table("shop.a"),
+        by_table("shop.orders"),
         vec![
             insert(1, "n1"),
             insert(2, "n2"),

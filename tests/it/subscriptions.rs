@@ -24,7 +24,7 @@ fn events(page: &Value) -> Vec<Value> {
 
 /// A table of orders 1..=5 whose export is published, then one copy-on-write commit
 /// that updates 3, deletes 4 and inserts 6.
-async fn orders_with_rewrite(node: &Node, wh: &Warehouse) -> (String, i64) {
+pub(crate) async fn orders_with_rewrite(node: &Node, wh: &Warehouse) -> (String, i64) {
     let t = wh.create("shop.orders", orders_schema(), None).await;
     let t = wh.append(&t, &[orders(1..=5)]).await;
     let id = node

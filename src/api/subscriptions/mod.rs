@@ -93,7 +93,7 @@ impl Loaded {
             Some(cursor) => {
                 let positions = self.decode(cursor)?;
                 for (table, p) in self.tables.iter().zip(&positions) {
-                    super::changes::ensure_published(state, table, *p).await?;
+                    super::pages::ensure_published(state, table, *p).await?;
                 }
                 Ok(positions)
             }
@@ -443,13 +443,14 @@ pub struct SubscriptionPageQuery {
     pub format: Option<Format>,
     /// Seconds to wait for events when none are available (a long poll); 0 (default)
     /// answers at once; at most `api.max_wait` (60 s). With `net=true`: how long to wait
-    /// for a range's net changes to be computed before answering `202`.
+    /// for a range's net changes to be computed.
     #[param(minimum = 0)]
     pub wait: Option<i64>,
     /// `true`: the net changes of each table from the subscription's position to the
-    /// table's head, table after table (see the table feed's `net`); `202` while one is
-    /// computed. Acknowledging a cursor commits the ends of the ranges read through. A
-    /// cursor into net changes continues them without it.
+    /// table's head, table after table (see the table feed's `net`); a page ends where a
+    /// range is still being computed, with `more`. Acknowledging a cursor commits the
+    /// ends of the ranges read through. A cursor into net changes continues them
+    /// without it.
     pub net: Option<bool>,
 }
 
@@ -472,11 +473,6 @@ pub struct SubscriptionPageQuery {
             ("Icefeed-Next-Cursor" = String, description = "Cursor for the next page"),
             ("Icefeed-More" = bool, description = "Whether more events are available now"),
             ("Icefeed-Count" = u64, description = "Events in the page"),
-        )),
-        (status = 202, description = "Net changes: a table's range is being computed; ask again after the body's `after` (`Location` has the URL)", body = crate::api::net::NetPending,
-        headers(
-            ("Retry-After" = u32, description = "Seconds to wait before asking again"),
-            ("Location" = String, description = "The request to ask again with"),
         )),
         (status = 400, description = "Malformed or foreign cursor, or one beyond a table's feed (`cursor_ahead`); limit or wait out of range", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),

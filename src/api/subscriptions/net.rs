@@ -13,7 +13,7 @@ use axum::response::Response;
 use super::{Loaded, SubscriptionPageQuery, record_delivered};
 use crate::api::AppState;
 use crate::api::error::ApiError;
-use crate::api::net::{Opened, open_range, pending, range_dropped, wait_for};
+use crate::api::net::{Opened, open_range, range_dropped, wait_for};
 use crate::api::pages::{Format, PageSink, PageTail, long_poll_wait, page_limit};
 use crate::changes::Position;
 use crate::changes::subscription_cursor::{self, NetAt};
@@ -49,7 +49,7 @@ pub async fn net_events(
         Some(cursor) => {
             let (positions, at) = subscription_cursor::decode_net(cursor, id, loaded.slots.len())?;
             for (table, p) in loaded.tables.iter().zip(&positions) {
-                crate::api::changes::ensure_published(state, table, *p).await?;
+                crate::api::pages::ensure_published(state, table, *p).await?;
             }
             (positions, at)
         }
@@ -127,11 +127,7 @@ pub async fn net_events(
             _ => Duration::ZERO,
         };
         let Some(event_count) = wait_for(state, range.clone(), wait).await? else {
-            let after = subscription_cursor::encode_net(id, &positions, here);
-            if count == 0 {
-                let location = format!("/v1/subscriptions/{id}/events?net=true&after={after}");
-                return Ok(pending(after, None, &location));
-            }
+            // Still being computed: the page ends, its cursor holding the range.
             inside = Some(here);
             break;
         };

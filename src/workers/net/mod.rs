@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 pub use map::run_net_map;
 pub use reduce::run_net_reduce;
 
-use super::shuffle::{BucketFile, bucket_count, coalesce};
+use super::shuffle::{BucketFile, bucket_count, reduce_inputs};
 use crate::changes::{NetRangeKey, ShuffleKey};
 use crate::config::SchedulerSettings;
 use crate::failure::FailureCode;
@@ -184,12 +184,9 @@ pub async fn advance(
         let Some(first) = results.first() else {
             return Ok(());
         };
-        let mut by_bucket = std::collections::BTreeMap::<u32, Vec<BucketFile>>::new();
-        for file in results.iter().flat_map(|r| r.buckets.iter().cloned()) {
-            by_bucket.entry(file.bucket).or_default().push(file);
-        }
+        let buckets = results.iter().flat_map(|r| r.buckets.iter().cloned());
         let tasks: Vec<(String, serde_json::Value)> =
-            coalesce(by_bucket, settings.reduce_target_bytes)
+            reduce_inputs(buckets, settings.reduce_target_bytes)
                 .into_iter()
                 .enumerate()
                 .map(|(n, inputs)| {

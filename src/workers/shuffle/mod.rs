@@ -206,12 +206,9 @@ impl Shuffle<'_> {
         self.create_tasks(TaskKind::Map, &maps).await?;
         let results: Vec<MapResult> = self.wait(TaskKind::Map).await?;
 
-        let mut by_bucket: BTreeMap<u32, Vec<BucketFile>> = BTreeMap::new();
-        for file in results.iter().flat_map(|r| r.buckets.iter().cloned()) {
-            by_bucket.entry(file.bucket).or_default().push(file);
-        }
+        let buckets = results.iter().flat_map(|r| r.buckets.iter().cloned());
         let reduces: Vec<(String, serde_json::Value)> =
-            coalesce(by_bucket, self.reduce_target_bytes)
+            reduce_inputs(buckets, self.reduce_target_bytes)
                 .into_iter()
                 .enumerate()
                 .map(|(n, inputs)| {
@@ -356,12 +353,22 @@ pub(crate) fn bucket_count(configured: u32, stored: u64, reduce_target: u64) -> 
     configured.max(needed.min(MAX_BUCKETS) as u32)
 }
 
-/// Groups consecutive buckets into reduce inputs of up to `target` bytes (a bucket is
-/// never split), as adaptive query execution coalesces small shuffle partitions.
-pub(crate) fn coalesce(
-    by_bucket: BTreeMap<u32, Vec<BucketFile>>,
+/// The map tasks' bucket files grouped into the inputs of reduce tasks, bucket by
+/// bucket (see [`coalesce`]).
+pub(crate) fn reduce_inputs(
+    files: impl Iterator<Item = BucketFile>,
     target: u64,
 ) -> Vec<Vec<BucketFile>> {
+    let mut by_bucket: BTreeMap<u32, Vec<BucketFile>> = BTreeMap::new();
+    for file in files {
+        by_bucket.entry(file.bucket).or_default().push(file);
+    }
+    coalesce(by_bucket, target)
+}
+
+/// Groups consecutive buckets into reduce inputs of up to `target` bytes (a bucket is
+/// never split), as adaptive query execution coalesces small shuffle partitions.
+fn coalesce(by_bucket: BTreeMap<u32, Vec<BucketFile>>, target: u64) -> Vec<Vec<BucketFile>> {
     let mut reduces = Vec::new();
     let mut current: Vec<BucketFile> = Vec::new();
     let mut bytes = 0u64;
