@@ -39,6 +39,8 @@ use std::time::Duration;
 
 use clap::Parser;
 
+use crate::harness::per_second;
+
 /// Rows per second of decoding the taxi table and encoding it with `arrow-json` on 2
 /// threads, measured on the reference machines (PERFORMANCE.md): the floor of any JSON
 /// rendering of the rows.
@@ -286,13 +288,4 @@ fn main() -> anyhow::Result<()> {
 /// `VmHWM` of this process in KiB.
 fn peak_rss_kib() -> Option<u64> {
     delivery::status_kib("VmHWM:")
-}
-
-/// A rate with a thousands suffix, e.g. `1.23M/s`.
-fn per_second(rate: f64) -> String {
-    match rate {
-        r if r >= 1e6 => format!("{:.2}M/s", r / 1e6),
-        r if r >= 1e3 => format!("{:.1}k/s", r / 1e3),
-        r => format!("{r:.0}/s"),
-    }
 }

@@ -41,3 +41,12 @@ pub fn short(n: u64) -> String {
         n => n.to_string(),
     }
 }
+
+/// A rate with a thousands suffix, e.g. `1.23M/s`.
+pub fn per_second(rate: f64) -> String {
+    match rate {
+        r if r >= 1e6 => format!("{:.2}M/s", r / 1e6),
+        r if r >= 1e3 => format!("{:.1}k/s", r / 1e3),
+        r => format!("{r:.0}/s"),
+    }
+}
