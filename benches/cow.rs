@@ -24,9 +24,10 @@
 //!    per-snapshot event as NDJSON (`load/net.rs`, limit 10000), then asks for the net
 //!    changes of the same range (`?net=true&until=<the read's last cursor>&wait=60`, again
 //!    on each 202) and pages through them, timing the computation (until the first 200)
-//!    and the read apart. Since the range starts at an empty table, its net changes must
-//!    be the live rows at the head as inserts (every key the history left alive; a key
-//!    inserted and deleted nets to nothing), and its inserts less its deletes the same.
+//!    and the read apart, with the node's tasks, page latencies and peak RSS of each
+//!    step. Since the range starts at an empty table, its net changes must be the live
+//!    rows at the head as inserts (every key the history left alive; a key inserted and
+//!    deleted nets to nothing), and its inserts less its deletes the same.
 //!
 //! PostgreSQL: `ICEFEED_BENCH_DATABASE_URL` (a role that may create databases).
 
@@ -382,6 +383,8 @@ struct History {
     /// Registration → checkpoint at the head.
     replay: Duration,
     replay_tasks: String,
+    /// Peak RSS during the replay.
+    replay_peak_kib: Option<u64>,
     feed: Read,
     net: Net,
     net_tasks: String,
@@ -395,9 +398,11 @@ struct History {
 async fn whole_history(dir: &Path, base: &str, registration: &Value) -> anyhow::Result<History> {
     let client = reqwest::Client::new();
     let tasks = task_seconds(&client, base).await?;
+    harness::reset_peak_rss();
     let Registered {
         table, id, waited, ..
     } = register_and_wait(&client, dir, base, registration).await?;
+    let replay_peak_kib = harness::status_kib("VmHWM:");
     let replay_tasks = tasks_between(&tasks, &task_seconds(&client, base).await?);
     let snapshots = table.metadata().snapshots().len();
     let live = live_data_files(&table)
@@ -432,6 +437,7 @@ async fn whole_history(dir: &Path, base: &str, registration: &Value) -> anyhow::
         live,
         replay: waited,
         replay_tasks,
+        replay_peak_kib,
         feed,
         net,
         net_tasks,
@@ -539,6 +545,20 @@ fn print_history(h: &History) {
         net.bytes as f64 / net.events.max(1) as f64,
         feed.client.as_secs_f64(),
         net.client.as_secs_f64()
+    );
+    println!(
+        "page latency: per-snapshot {}; net {}",
+        feed.describe_latency(),
+        net.describe_latency()
+    );
+    let mib = |kib: Option<u64>| kib.map_or_else(|| "?".into(), |k| format!("{} MiB", k / 1024));
+    println!(
+        "peak RSS (node and benchmark): replay {}, per-snapshot read {}, net compute {}, \
+         net read {}",
+        mib(h.replay_peak_kib),
+        mib(feed.peak_kib),
+        mib(h.net.compute_peak_kib),
+        mib(net.peak_kib)
     );
     println!("check: {}", h.check);
 }

@@ -150,8 +150,8 @@ fn main() -> anyhow::Result<()> {
         json: false,
     };
     let peak_before_service = peak_rss_kib();
-    // Peak RSS of the service phases alone (Linux resets VmHWM on "5").
-    let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+    // Peak RSS of the service phases alone.
+    let reset = harness::reset_peak_rss();
 
     // 3 and 4. The service.
     let admin_url = harness::admin_url();
@@ -287,5 +287,5 @@ fn main() -> anyhow::Result<()> {
 
 /// `VmHWM` of this process in KiB.
 fn peak_rss_kib() -> Option<u64> {
-    delivery::status_kib("VmHWM:")
+    harness::status_kib("VmHWM:")
 }

@@ -14,6 +14,8 @@ use reqwest::StatusCode;
 use serde::de::IgnoredAny;
 use tokio::io::AsyncWriteExt;
 
+use crate::harness::status_kib;
+
 /// What the streaming phases do.
 #[derive(Clone, Debug)]
 pub struct DeliveryPlan {
@@ -280,17 +282,4 @@ async fn stalled(addr: SocketAddr, id: &str, hold: Duration) -> anyhow::Result<S
         limit: LIMIT,
         held: hold,
     })
-}
-
-/// A `kB` field of `/proc/self/status` (`VmRSS:`, `VmHWM:`).
-pub fn status_kib(field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()
 }

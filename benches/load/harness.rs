@@ -50,3 +50,22 @@ pub fn per_second(rate: f64) -> String {
         r => format!("{r:.0}/s"),
     }
 }
+
+/// A `kB` field of `/proc/self/status` (`VmRSS:`, `VmHWM:`).
+pub fn status_kib(field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Resets this process's peak RSS (`VmHWM`) to its current RSS (Linux, on "5"); whether
+/// it could.
+pub fn reset_peak_rss() -> bool {
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}

@@ -1,7 +1,8 @@
 //! One range of a table's feed read two ways, as NDJSON pages of [`PAGE_LIMIT`] events
 //! counted by op as a client would: every per-snapshot event, and the net changes of
 //! the range (`?net=true`: at most one event per key), whose first request starts their
-//! computation.
+//! computation. Each pass also keeps its pages' latencies and the process's peak RSS
+//! (node and benchmark).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -13,7 +14,7 @@ use reqwest::StatusCode;
 use reqwest::header::ACCEPT;
 use serde_json::Value;
 
-use crate::harness::page_header;
+use crate::harness::{page_header, reset_peak_rss, status_kib};
 
 /// Events per page.
 pub const PAGE_LIMIT: u64 = 10_000;
@@ -36,6 +37,10 @@ pub struct Read {
     pub ops: BTreeMap<&'static str, u64>,
     /// The last page's `next`.
     pub next: String,
+    /// Request sent → body received, per page.
+    pub latencies: Vec<Duration>,
+    /// Peak RSS during the pass.
+    pub peak_kib: Option<u64>,
 }
 
 impl Read {
@@ -54,8 +59,29 @@ impl Read {
         }
     }
 
-    /// Counts an NDJSON page answer in; its `more`.
-    async fn add(&mut self, response: reqwest::Response) -> anyhow::Result<bool> {
+    /// Page latencies: "p50 …, p99 …, max … ms".
+    pub fn describe_latency(&self) -> String {
+        let mut ms: Vec<f64> = self
+            .latencies
+            .iter()
+            .map(|l| l.as_secs_f64() * 1e3)
+            .collect();
+        ms.sort_by(f64::total_cmp);
+        let at = |q: f64| ms[((ms.len() - 1) as f64 * q) as usize];
+        if ms.is_empty() {
+            "no pages".into()
+        } else {
+            format!(
+                "p50 {:.0}, p99 {:.0}, max {:.0} ms",
+                at(0.5),
+                at(0.99),
+                at(1.0)
+            )
+        }
+    }
+
+    /// Counts an NDJSON page answer to a request sent at `sent` in; its `more`.
+    async fn add(&mut self, response: reqwest::Response, sent: Instant) -> anyhow::Result<bool> {
         let status = response.status();
         if status != StatusCode::OK {
             bail!("page request answered {status}: {}", response.text().await?);
@@ -65,6 +91,7 @@ impl Read {
         let more = header(MORE_HEADER)? == "true";
         let announced: u64 = header(COUNT_HEADER)?.parse()?;
         let body = response.bytes().await?;
+        self.latencies.push(sent.elapsed());
         let counting = Instant::now();
         let mut counts = [0; OPS.len()];
         let count = count_ops(&body, &mut counts)?;
@@ -99,6 +126,8 @@ pub struct Net {
     pub computed: Duration,
     /// `202` answers before it.
     pub pending: u32,
+    /// Peak RSS until then.
+    pub compute_peak_kib: Option<u64>,
     /// From the first `200` to the last page (its `elapsed` starts at the `200`).
     pub read: Read,
 }
@@ -112,6 +141,7 @@ fn changes_url(base: &str, id: &str) -> String {
 pub async fn read_feed(client: &reqwest::Client, base: &str, id: &str) -> anyhow::Result<Read> {
     let url = changes_url(base, id);
     let mut read = Read::default();
+    reset_peak_rss();
     let started = Instant::now();
     loop {
         let mut request = client
@@ -121,11 +151,13 @@ pub async fn read_feed(client: &reqwest::Client, base: &str, id: &str) -> anyhow
         if read.pages > 0 {
             request = request.query(&[("after", &read.next)]);
         }
-        if !read.add(request.send().await?).await? {
+        let sent = Instant::now();
+        if !read.add(request.send().await?, sent).await? {
             break;
         }
     }
     read.elapsed = started.elapsed();
+    read.peak_kib = status_kib("VmHWM:");
     Ok(read)
 }
 
@@ -146,6 +178,7 @@ pub async fn read_net(
             .query(query)
             .query(&[("limit", PAGE_LIMIT)])
     };
+    reset_peak_rss();
     let started = Instant::now();
     let mut pending = 0;
     let first = loop {
@@ -167,21 +200,27 @@ pub async fn read_net(
         }
     };
     let computed = started.elapsed();
+    let compute_peak_kib = status_kib("VmHWM:");
+    reset_peak_rss();
     let mut read = Read::default();
-    let mut more = read.add(first).await?;
+    // The first page's latency counts from its 200, after the computation.
+    let mut more = read.add(first, Instant::now()).await?;
     while read.next != until {
         anyhow::ensure!(
             more,
             "net pages ended at {} without reaching until={until}",
             read.next
         );
+        let sent = Instant::now();
         let response = page(&[("after", read.next.as_str())]).send().await?;
-        more = read.add(response).await?;
+        more = read.add(response, sent).await?;
     }
     read.elapsed = started.elapsed() - computed;
+    read.peak_kib = status_kib("VmHWM:");
     Ok(Net {
         computed,
         pending,
+        compute_peak_kib,
         read,
     })
 }
