@@ -23,8 +23,8 @@
 //!    appends of the load, then the scenarios'. It times that replay, pages through every
 //!    per-snapshot event as NDJSON (`load/net.rs`, limit 10000), then asks for the net
 //!    changes of the same range (`?net=true&until=<the read's last cursor>&wait=60`, again
-//!    on each 202) and pages through them, timing the computation (until the first 200)
-//!    and the read apart, with the node's tasks, page latencies and peak RSS of each
+//!    after each empty page that holds the range while it is computed) and pages through
+//!    them, timing the computation (until the first page with events) and the read apart, with the node's tasks, page latencies and peak RSS of each
 //!    step. Since the range starts at an empty table, its net changes must be the live
 //!    rows at the head as inserts (every key the history left alive; a key inserted and
 //!    deleted nets to nothing), and its inserts less its deletes the same.
@@ -533,7 +533,7 @@ fn print_history(h: &History) {
     }
     println!(
         "(ratio: seconds / the per-snapshot read's; pages of {PAGE_LIMIT} events; the net \
-         compute starts with the range's first request, {} of them answered 202)",
+         compute starts with the range's first request; {} empty pages held it meanwhile)",
         h.net.pending
     );
     println!("replay tasks: {}", h.replay_tasks);

@@ -12,7 +12,6 @@ use icefeed::api::pages::{COUNT_HEADER, MORE_HEADER, NDJSON, NEXT_CURSOR_HEADER}
 use memchr::memmem;
 use reqwest::StatusCode;
 use reqwest::header::ACCEPT;
-use serde_json::Value;
 
 use crate::harness::{page_header, reset_peak_rss, status_kib};
 
@@ -122,13 +121,14 @@ impl Read {
 
 /// The net changes of a range: how long until their first page, and the pages.
 pub struct Net {
-    /// First request → the first `200` (the computation, from the range's creation).
+    /// First request → the first page with events (the computation, from the range's
+    /// creation).
     pub computed: Duration,
-    /// `202` answers before it.
+    /// Empty pages before it (each a long poll of `NET_WAIT` that ended first).
     pub pending: u32,
     /// Peak RSS until then.
     pub compute_peak_kib: Option<u64>,
-    /// From the first `200` to the last page (its `elapsed` starts at the `200`).
+    /// From the first page with events to the last page.
     pub read: Read,
 }
 
@@ -162,7 +162,8 @@ pub async fn read_feed(client: &reqwest::Client, base: &str, id: &str) -> anyhow
 }
 
 /// Asks for the net changes from the start of the feed to `until` (a feed cursor), with
-/// `wait` and again on every `202`, then follows their cursors until a page's `next` is
+/// `wait`, and again after the cursor of every empty page that says more are coming (the
+/// range is still computed), then follows their cursors until a page's `next` is
 /// `until`, the cursor their last page hands back.
 pub async fn read_net(
     client: &reqwest::Client,
@@ -176,34 +177,33 @@ pub async fn read_net(
             .get(&url)
             .header(ACCEPT, NDJSON)
             .query(query)
-            .query(&[("limit", PAGE_LIMIT)])
+            .query(&[("limit", PAGE_LIMIT), ("wait", NET_WAIT)])
     };
     reset_peak_rss();
     let started = Instant::now();
     let mut pending = 0;
-    let first = loop {
-        let response = page(&[("net", "true"), ("until", until)])
-            .query(&[("wait", NET_WAIT)])
-            .send()
-            .await?;
-        if response.status() != StatusCode::ACCEPTED {
-            break response;
-        }
-        let body: Value = response.json().await?;
-        anyhow::ensure!(
-            body["state"] == "computing" && body["until"] == until,
-            "202 for another range than until={until}: {body}"
+    let mut first = page(&[("net", "true"), ("until", until)]).send().await?;
+    loop {
+        let header = |name: &str| page_header(&first, name, "NDJSON");
+        let (count, more, next) = (
+            header(COUNT_HEADER)?,
+            header(MORE_HEADER)?,
+            header(NEXT_CURSOR_HEADER)?,
         );
+        if count != "0" || more != "true" || next == until {
+            break;
+        }
         pending += 1;
         if started.elapsed() > NET_TIMEOUT {
             bail!("net changes still computing after {NET_TIMEOUT:?}");
         }
-    };
+        first = page(&[("after", next.as_str())]).send().await?;
+    }
     let computed = started.elapsed();
     let compute_peak_kib = status_kib("VmHWM:");
     reset_peak_rss();
     let mut read = Read::default();
-    // The first page's latency counts from its 200, after the computation.
+    // The first page's latency counts from its answer, after the computation.
     let mut more = read.add(first, Instant::now()).await?;
     while read.next != until {
         anyhow::ensure!(
