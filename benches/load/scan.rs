@@ -72,6 +72,29 @@ pub fn bare_scan(files: &[PathBuf], threads: usize) -> anyhow::Result<(u64, Dura
     Ok((decoded.rows, decoded.elapsed))
 }
 
+/// Decodes `files` and encodes their rows with `arrow-json` as newline-delimited JSON to
+/// memory, on `threads` threads: the floor of any JSON rendering of the rows
+/// (PERFORMANCE.md), measured in the same run as what is compared with it.
+pub fn json_scan(files: &[PathBuf], threads: usize) -> anyhow::Result<(u64, Duration)> {
+    let decoded = on_threads(files, threads, |path| {
+        let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(path)?)?
+            .with_batch_size(BATCH_SIZE)
+            .build()?;
+        let mut body = Vec::new();
+        let mut rows = 0;
+        for batch in reader {
+            let batch = batch?;
+            rows += batch.num_rows() as u64;
+            body.clear();
+            let mut writer = arrow_json::LineDelimitedWriter::new(&mut body);
+            writer.write(&batch)?;
+            writer.finish()?;
+        }
+        Ok((rows, 0))
+    })?;
+    Ok((decoded.rows, decoded.elapsed))
+}
+
 /// `floor` `runs` times; the run of median wall time.
 pub fn median(
     runs: usize,
