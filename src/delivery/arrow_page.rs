@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, new_null_array};
 use arrow::compute::{cast, interleave};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::ipc::writer::StreamWriter;
@@ -138,10 +138,15 @@ impl EventSink for ArrowSink {
                     .collect(),
             )
         });
+        let run = run_of(&picks);
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(schema.fields().len());
         for (&i, field) in batch.columns.iter().zip(schema.fields()) {
-            let sources: [&dyn Array; 2] = [before.columns[i].as_ref(), after.columns[i].as_ref()];
-            let column = interleave(&sources, &picks)?;
+            let sources = [&before.columns[i], &after.columns[i]];
+            let column = match run {
+                // Consecutive rows of one side (a run of inserts, say): shared, not copied.
+                Some((side, first)) => sources[side].slice(first, picks.len()),
+                None => interleave(&sources.map(|c| c.as_ref()), &picks)?,
+            };
             // Files of one schema written by different writers may name nested children
             // differently; the page keeps the names of its first batch.
             columns.push(if column.data_type() == field.data_type() {
@@ -159,19 +164,56 @@ impl EventSink for ArrowSink {
             n
         ])));
         for part in 0..2 {
-            let lineage: Int64Array = picks
-                .iter()
-                .map(|&(side, row)| batch.lineage[side].and_then(|l| l.of(row)[part]))
-                .collect();
-            columns.push(Arc::new(lineage));
+            columns.push(if batch.lineage.iter().all(Option::is_none) {
+                new_null_array(&DataType::Int64, n)
+            } else {
+                let lineage: Int64Array = picks
+                    .iter()
+                    .map(|&(side, row)| batch.lineage[side].and_then(|l| l.of(row)[part]))
+                    .collect();
+                Arc::new(lineage)
+            });
         }
-        let anomalies = picks
-            .iter()
-            .map(|&(_, row)| Ok(batch.anomaly(row)?.map(Anomaly::as_str)))
-            .collect::<Result<StringArray, FeedError>>()?;
-        columns.push(Arc::new(anomalies));
+        columns.push(if batch.has_anomalies() {
+            let anomalies = picks
+                .iter()
+                .map(|&(_, row)| Ok(batch.anomaly(row)?.map(Anomaly::as_str)))
+                .collect::<Result<StringArray, FeedError>>()?;
+            Arc::new(anomalies)
+        } else {
+            new_null_array(&DataType::Utf8, n)
+        });
         self.batches
             .push(RecordBatch::try_new(schema.clone(), columns)?);
         Ok(())
+    }
+}
+
+/// The side and first row of `picks` when they are consecutive rows of one side.
+fn run_of(picks: &[(usize, usize)]) -> Option<(usize, usize)> {
+    let &(side, first) = picks.first()?;
+    picks
+        .iter()
+        .enumerate()
+        .all(|(i, &(s, row))| s == side && row == first + i)
+        .then_some((side, first))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_is_consecutive_rows_of_one_side() {
+        assert_eq!(
+            run_of(&[(AFTER, 3), (AFTER, 4), (AFTER, 5)]),
+            Some((AFTER, 3))
+        );
+        assert_eq!(run_of(&[(BEFORE, 0)]), Some((BEFORE, 0)));
+        assert_eq!(run_of(&[]), None);
+        // An update's two rows, a gap, a step back: copied row by row.
+        assert_eq!(run_of(&[(BEFORE, 1), (AFTER, 1)]), None);
+        assert_eq!(run_of(&[(AFTER, 1), (AFTER, 3)]), None);
+        assert_eq!(run_of(&[(AFTER, 2), (AFTER, 1)]), None);
     }
 }

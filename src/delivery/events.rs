@@ -165,6 +165,12 @@ impl<'a> EventBatch<'a> {
         }
     }
 
+    /// Whether any event of the batch may have an anomaly.
+    pub fn has_anomalies(&self) -> bool {
+        self.anomalies
+            .is_some_and(|codes| codes.null_count() < codes.len())
+    }
+
     /// What is anomalous about the event in row `row`, if anything.
     pub fn anomaly(&self, row: usize) -> Result<Option<Anomaly>, FeedError> {
         match self.anomalies {
