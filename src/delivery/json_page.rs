@@ -35,6 +35,8 @@ pub type CursorFn<'a> = &'a (dyn Fn(TableId, Position) -> String + Sync);
 pub struct JsonSink<'a> {
     body: Vec<u8>,
     count: usize,
+    /// Events the page may hold.
+    limit: usize,
     framing: Framing,
     options: &'a JsonOptions,
     cursor: CursorFn<'a>,
@@ -73,6 +75,7 @@ impl<'a> JsonSink<'a> {
         Self {
             body: Vec::with_capacity(limit.min(1024) * 256),
             count: 0,
+            limit,
             framing,
             options,
             cursor,
@@ -198,7 +201,11 @@ impl RenderedSink for JsonSink<'_> {
     ) {
         // Each event: its tail, and its framing and cursor (a subscription's is longer).
         let framed = chunk.tail_bytes(events) + events.len() * (2 * CURSOR_BYTES + 48);
-        self.body.reserve(framed);
+        // Room for the rest of the page too, at these events' size, so that a page of
+        // several chunks is not copied as it grows.
+        let rest = self.limit.saturating_sub(self.count + events.len());
+        self.body
+            .reserve(framed + rest * framed.div_ceil(events.len().max(1)));
         for &i in events {
             let position = Position {
                 ordinal: first.ordinal,

@@ -24,6 +24,8 @@ const SEGMENTS_PER_QUERY: i64 = 64;
 /// Events one request examines at most: a filter that matches almost nothing still
 /// answers promptly, with `more` set and the position advanced past what it skipped.
 const SCAN_BUDGET: usize = 1_000_000;
+/// Chunks a reader has rendered ahead of the one it reads, at most.
+const MAX_AHEAD: usize = 3;
 /// Rows read at a time while filtering (a filtered page cannot know how many it needs).
 const FILTER_CHUNK: usize = 8192;
 
@@ -48,6 +50,13 @@ pub struct PageEnd {
 
 /// Parsed schemas by (table, schema id); schemas of published change sets never change.
 type SchemaCache = Arc<Mutex<HashMap<(TableId, i32), Arc<SchemaEntry>>>>;
+
+/// Whether `segment` holds events after `position`.
+fn holds_after(segment: &SegmentRecord, position: Position) -> bool {
+    segment.ordinal > position.ordinal
+        || (segment.ordinal == position.ordinal
+            && segment.first_event + segment.event_count > position.consumed)
+}
 
 /// Chunk `index` of a segment of `total` events: its first event and its length.
 fn chunk_span(index: usize, total: usize) -> (usize, usize) {
@@ -138,11 +147,13 @@ impl Feed {
                     .await?;
             }
             if end.count == request.limit || scanned >= SCAN_BUDGET {
-                end.more = !self
-                    .store
-                    .segments_after(table.id, end.next.ordinal, end.next.consumed, 1)
-                    .await?
-                    .is_empty();
+                // A page that stops inside the segments fetched has more without asking.
+                end.more = segments.iter().any(|s| holds_after(s, end.next))
+                    || !self
+                        .store
+                        .segments_after(table.id, end.next.ordinal, end.next.consumed, 1)
+                        .await?
+                        .is_empty();
                 return Ok(end);
             }
             if exhausted {
@@ -264,11 +275,13 @@ impl Feed {
                 .rendered
                 .get(key, self.render(head, entry, first, len, &options))
                 .await?;
-            // A reader of this chunk will likely go on into the next: render it on another
-            // core while this one is read, copied and taken.
-            if first + len < total {
-                let next = chunk_key(head, index + 1, options, request);
-                self.prefetch(head, entry, next, options);
+            // A reader of this chunk will likely go on to its next page of the same size:
+            // render the chunks that page needs on the other core while this one is read,
+            // copied, sent and parsed.
+            let ahead = (first + len + request.limit).min(total);
+            for next in (index + 1..ahead.div_ceil(CHUNK_EVENTS)).take(MAX_AHEAD) {
+                let key = chunk_key(head, next, options, request);
+                self.prefetch(head, entry, key, options);
             }
             selected.clear();
             let mut examined = offset - first;
