@@ -15,11 +15,6 @@ use std::time::Duration;
 use ipnet::IpNet;
 use url::Url;
 
-use crate::failure::FailureCode;
-
-/// The problem code of a refused host.
-pub const HOST_NOT_ALLOWED: &str = FailureCode::HostNotAllowed.as_str();
-
 /// How long a name's resolution may take before the check gives up on it (the client
 /// that connects resolves it again, through the policy where icefeed builds it).
 const RESOLVE_TIMEOUT: Duration = Duration::from_secs(5);

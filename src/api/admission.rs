@@ -16,14 +16,14 @@ use std::task::{Context, Poll};
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{Method, StatusCode, header};
+use axum::http::{Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 use tokio::sync::Semaphore;
 
 use super::AppState;
-use super::error::ApiError;
+use super::error::{ApiError, ProblemCode};
 use crate::config::LimitSettings;
 use crate::telemetry::metric::{HTTP_REQUESTS_SHED, HTTP_WAITING_REQUESTS};
 
@@ -66,8 +66,7 @@ impl Admission {
         if open >= self.limits.max_waiting_per_client {
             metrics::counter!(HTTP_REQUESTS_SHED.name, "reason" => "client_limit").increment(1);
             return Err(ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "too_many_waiting_requests",
+                ProblemCode::TooManyWaitingRequests,
                 format!(
                     "this client already has {open} event streams and long polls open on this \
                      node, the most limits.max_waiting_per_client allows; close one, or retry \
@@ -92,8 +91,7 @@ impl Admission {
 fn overloaded(what: &str) -> ApiError {
     metrics::counter!(HTTP_REQUESTS_SHED.name, "reason" => "overloaded").increment(1);
     ApiError::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "overloaded",
+        ProblemCode::Overloaded,
         format!(
             "this node is at its limit of {what} right now; retry after the time in \
              Retry-After (another node may have room)"
@@ -251,10 +249,10 @@ mod tests {
         let a1 = admission.wait_place("a".into()).unwrap();
         let _a2 = admission.wait_place("a".into()).unwrap();
         let refused = admission.wait_place("a".into()).unwrap_err();
-        assert_eq!(refused.code(), "too_many_waiting_requests");
+        assert_eq!(refused.code(), ProblemCode::TooManyWaitingRequests);
         let _b1 = admission.wait_place("b".into()).unwrap();
         let refused = admission.wait_place("c".into()).unwrap_err();
-        assert_eq!(refused.code(), "overloaded");
+        assert_eq!(refused.code(), ProblemCode::Overloaded);
         drop(a1);
         let _c1 = admission.wait_place("c".into()).unwrap();
         assert_eq!(admission.waiting.lock().unwrap().by_client.len(), 3);

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::{MatchedPath, RawPathParams, Request, State};
-use axum::http::{Method, StatusCode, header};
+use axum::http::{Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
@@ -28,7 +28,7 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use super::AppState;
-use super::error::ApiError;
+use super::error::{ApiError, ProblemCode};
 use crate::config::AuthSettings;
 use crate::store::{Store, TableId};
 
@@ -313,8 +313,8 @@ impl Authenticator {
     }
 }
 
-fn unauthenticated(code: &'static str, detail: &str) -> Response {
-    let mut response = ApiError::new(StatusCode::UNAUTHORIZED, code, detail).into_response();
+fn unauthenticated(code: ProblemCode, detail: &str) -> Response {
+    let mut response = ApiError::new(code, detail).into_response();
     response.headers_mut().insert(
         header::WWW_AUTHENTICATE,
         header::HeaderValue::from_static("Bearer realm=\"icefeed\""),
@@ -324,8 +324,7 @@ fn unauthenticated(code: &'static str, detail: &str) -> Response {
 
 fn forbidden(method: &Method, route: &str, needs: &str) -> Response {
     ApiError::new(
-        StatusCode::FORBIDDEN,
-        "forbidden",
+        ProblemCode::Forbidden,
         format!("this token's scopes do not allow {method} {route}: it needs {needs}"),
     )
     .with("required_scope", needs)
@@ -351,7 +350,7 @@ pub async fn authorize(
     {
         if !state.auth.stream_token_allows(&token, request.uri().path()) {
             return unauthenticated(
-                "invalid_token",
+                ProblemCode::InvalidToken,
                 "the stream token is not for this stream or has expired: get a new one \
                  with POST /v1/tokens/stream",
             );
@@ -370,9 +369,9 @@ pub async fn authorize(
         else {
             return unauthenticated(
                 if header.is_some() {
-                    "invalid_token"
+                    ProblemCode::InvalidToken
                 } else {
-                    "unauthenticated"
+                    ProblemCode::Unauthenticated
                 },
                 "this endpoint needs a token: send `Authorization: Bearer <token>` \
                  (the node's auth.admin_token, or one made with POST /v1/tokens)",
@@ -382,7 +381,7 @@ pub async fn authorize(
             Ok(Some(scopes)) => Access::Token(scopes),
             Ok(None) => {
                 return unauthenticated(
-                    "invalid_token",
+                    ProblemCode::InvalidToken,
                     "the token is not known here: it was revoked, has expired or was \
                      mistyped",
                 );

@@ -7,10 +7,11 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
-use super::error::{ApiError, Problem};
+use super::error::{ApiError, ProblemCode};
 use super::extract::{Path, Query};
 use super::limits;
 use super::tables::load;
+use crate::api::problem::problems;
 use crate::changes::Position;
 use crate::int64::Int64;
 use crate::store::ChangeSetRecord;
@@ -76,6 +77,11 @@ pub struct ChangeSetList {
     pub next: Option<Int64>,
 }
 
+problems! {
+    /// What `listChangeSets` answers besides success.
+    ListChangeSetsProblems = [TABLE, QUERY, &[LimitOutOfRange]];
+}
+
 /// List a table's published change sets, newest first.
 ///
 /// Change sets that retention removed are not listed.
@@ -84,8 +90,7 @@ pub struct ChangeSetList {
     params(("id" = uuid::Uuid, Path, description = "Table id"), ChangeSetQuery),
     responses(
         (status = 200, description = "A page of change sets", body = ChangeSetList),
-        (status = 400, description = "Not a table id, or `limit` out of range (`limit_out_of_range`)", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such table", body = Problem, content_type = "application/problem+json"),
+        ListChangeSetsProblems,
     )
 )]
 pub async fn list_change_sets(
@@ -95,7 +100,7 @@ pub async fn list_change_sets(
 ) -> Result<axum::Json<ChangeSetList>, ApiError> {
     let (default, max) = LIMITS;
     let limit = limits::check(
-        "limit_out_of_range",
+        ProblemCode::LimitOutOfRange,
         "limit",
         query.limit.unwrap_or(default),
         1,

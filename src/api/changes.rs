@@ -2,19 +2,20 @@
 //! the events were read with.
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::AppState;
-use super::error::{ApiError, Problem};
+use super::error::{ApiError, ProblemCode};
 use super::extract::{Path, Query};
 use super::pages::{
     ArrowStream, Format, PageQuery, PageSink, PageTail, ensure_retained, long_poll_wait,
     page_limit, selection, start_position,
 };
 use super::tables::load;
+use crate::api::problem::problems;
 use crate::changes::Position;
 use crate::delivery::PageRequest;
 use crate::int64::Int64;
@@ -94,6 +95,24 @@ pub struct ChangePage {
     pub more: bool,
 }
 
+problems! {
+    /// What `getChanges` answers besides success.
+    GetChangesProblems = [
+        TABLE,
+        QUERY,
+        CURSOR,
+        &[
+            LimitOutOfRange,
+            WaitOutOfRange,
+            UnknownOperation,
+            UnknownColumn,
+            InvalidColumns,
+            PositionExpired,
+        ],
+        NET,
+    ];
+}
+
 /// Read a page of the table's change events.
 ///
 /// Formats: JSON (default), NDJSON (`Accept: application/x-ndjson`) and an Arrow IPC
@@ -119,11 +138,7 @@ pub struct ChangePage {
             ("Icefeed-More" = bool, description = "Whether more events are available now"),
             ("Icefeed-Count" = u64, description = "Events in the page"),
         )),
-        (status = 400, description = "Malformed or foreign cursor, or one beyond the feed (`cursor_ahead`); limit or wait out of range, unknown operation or column; NUL in a parameter (`invalid_text`); `until` before `after` or a cursor into net changes (`range_invalid`)", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such table", body = Problem, content_type = "application/problem+json"),
-        (status = 410, description = "The events after the cursor were removed by retention (`position_expired`; `earliest` holds the oldest available cursor), or the net changes of a range are no longer kept (`net_range_expired`)", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Net changes: the schema changed within the range (`net_range_spans_schemas`; `split_at` holds where), or the identifier columns are not unique at one end of it (`net_changes_failed`)", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Net changes: computing them failed for a passing reason (`net_changes_failed`); asking again computes them afresh", body = Problem, content_type = "application/problem+json"),
+        GetChangesProblems,
     )
 )]
 pub async fn get_changes(
@@ -137,8 +152,8 @@ pub async fn get_changes(
         return super::net::net_page(&state, &table, &query, &headers).await;
     }
     if query.until.is_some() {
-        return Err(ApiError::bad_request(
-            "range_invalid",
+        return Err(ApiError::new(
+            ProblemCode::RangeInvalid,
             "`until` ends a range of net changes: pass `net=true` with it",
         ));
     }
@@ -181,14 +196,18 @@ pub async fn get_changes(
     page.respond(&state, tail, &table, &selection).await
 }
 
+problems! {
+    /// What `getSchema` answers besides success.
+    GetSchemaProblems = [TABLE, &[SchemaNotFound]];
+}
+
 /// Get an Iceberg schema that change events were read with.
 #[utoipa::path(
     get, path = "/v1/tables/{id}/schemas/{schema_id}", tag = TAG, operation_id = "getSchema",
     params(("id" = uuid::Uuid, Path, description = "Table id"), ("schema_id" = i32, Path, description = "Schema id of an event")),
     responses(
         (status = 200, description = "The Iceberg schema as JSON (Iceberg table-metadata form)", body = Object),
-        (status = 400, description = "Not a table id or schema id", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such table or schema", body = Problem, content_type = "application/problem+json"),
+        GetSchemaProblems,
     )
 )]
 pub async fn get_schema(
@@ -199,8 +218,7 @@ pub async fn get_schema(
     let schema = state.store.table_schema(table.id, schema_id).await?;
     schema.map(axum::Json).ok_or_else(|| {
         ApiError::new(
-            StatusCode::NOT_FOUND,
-            "schema_not_found",
+            ProblemCode::SchemaNotFound,
             format!("no change set of this table was read with schema {schema_id}"),
         )
     })

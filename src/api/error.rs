@@ -7,11 +7,11 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use crate::catalog::{CATALOG_TYPE_NOT_ALLOWED, CatalogError, StorageFault};
+pub use super::problem::ProblemCode;
+use crate::catalog::{CatalogError, StorageFault};
 use crate::changes::{ChangeStoreError, CursorError};
 use crate::delivery::FeedError;
-use crate::failure::FailureCode;
-use crate::network::{HOST_NOT_ALLOWED, HostRefused};
+use crate::network::HostRefused;
 use crate::store::StoreError;
 
 /// Seconds a `503` answer asks the client to wait before trying again.
@@ -40,26 +40,20 @@ pub struct Problem {
 /// An error answer of the API.
 #[derive(Debug)]
 pub struct ApiError {
-    status: StatusCode,
-    code: &'static str,
+    code: ProblemCode,
     detail: String,
     extensions: Map<String, Value>,
 }
 
 impl ApiError {
-    /// An error with a status, a stable code and a message a person can act on.
-    pub fn new(status: StatusCode, code: &'static str, detail: impl Into<String>) -> Self {
+    /// An error with a code of the catalogue (its status and title come with it) and a
+    /// message a person can act on.
+    pub fn new(code: ProblemCode, detail: impl Into<String>) -> Self {
         Self {
-            status,
             code,
             detail: detail.into(),
             extensions: Map::new(),
         }
-    }
-
-    /// 400 with `code`.
-    pub fn bad_request(code: &'static str, detail: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, code, detail)
     }
 
     /// Adds a member to the problem document.
@@ -73,8 +67,7 @@ impl ApiError {
         let id = uuid::Uuid::new_v4();
         tracing::error!(error_id = %id, error = %error, "request failed");
         Self::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal_error",
+            ProblemCode::InternalError,
             format!("the server failed to complete the request; reference {id} in its log"),
         )
         .with("error_id", id.to_string())
@@ -84,29 +77,24 @@ impl ApiError {
     pub fn database_unavailable(error: &dyn std::fmt::Display) -> Self {
         tracing::warn!(error = %error, "database unavailable");
         Self::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            FailureCode::DatabaseUnavailable.as_str(),
+            ProblemCode::DatabaseUnavailable,
             "the node cannot reach its database right now; retry after the time in Retry-After",
         )
     }
 
-    /// The stable code.
-    pub fn code(&self) -> &'static str {
+    /// The code.
+    pub fn code(&self) -> ProblemCode {
         self.code
     }
 
     /// The problem document, for errors sent inside a response (a stream's `error` event).
     pub fn into_problem(self) -> Problem {
         Problem {
-            type_uri: format!("urn:icefeed:problem:{}", self.code),
-            title: self
-                .status
-                .canonical_reason()
-                .unwrap_or("Error")
-                .to_string(),
-            status: self.status.as_u16(),
+            type_uri: self.code.type_uri(),
+            title: self.code.title().to_string(),
+            status: self.code.status().as_u16(),
             detail: self.detail,
-            code: self.code.to_string(),
+            code: self.code.as_str().to_string(),
             extensions: self.extensions,
         }
     }
@@ -114,8 +102,11 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let status = self.status;
+        let code = self.code;
+        let status = code.status();
         let mut response = (status, axum::Json(self.into_problem())).into_response();
+        // For the check that operations answer only the codes they document.
+        response.extensions_mut().insert(code);
         let headers = response.headers_mut();
         headers.insert(
             header::CONTENT_TYPE,
@@ -135,8 +126,8 @@ impl IntoResponse for ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::NotFound => Self::new(StatusCode::NOT_FOUND, "not_found", "not found"),
-            StoreError::Conflict(what) => Self::new(StatusCode::CONFLICT, "conflict", what),
+            StoreError::NotFound => Self::new(ProblemCode::NotFound, "not found"),
+            StoreError::Conflict(what) => Self::new(ProblemCode::Conflict, what),
             unavailable if unavailable.is_unavailable() => Self::database_unavailable(&unavailable),
             other => Self::internal(&other),
         }
@@ -147,46 +138,39 @@ impl From<CatalogError> for ApiError {
     fn from(e: CatalogError) -> Self {
         let detail = e.to_string();
         match e {
-            CatalogError::UnknownType(_) => Self::bad_request("unknown_catalog_type", detail)
+            CatalogError::UnknownType(_) => Self::new(ProblemCode::UnknownCatalogType, detail)
                 .with("supported", crate::catalog::CATALOG_TYPES.to_vec()),
-            CatalogError::Invalid(_) => Self::bad_request("invalid_catalog", detail),
-            CatalogError::Unreachable(_) => {
-                Self::new(StatusCode::BAD_GATEWAY, "catalog_unreachable", detail)
-            }
-            CatalogError::Timeout { .. } => {
-                let code = FailureCode::CatalogTimeout.as_str();
-                Self::new(StatusCode::GATEWAY_TIMEOUT, code, detail)
-            }
-            CatalogError::TableNotFound(_) => Self::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                FailureCode::IcebergTableNotFound.as_str(),
-                detail,
-            ),
+            CatalogError::Invalid(_) => Self::new(ProblemCode::InvalidCatalog, detail),
+            CatalogError::Unreachable(_) => Self::new(ProblemCode::CatalogUnreachable, detail),
+            CatalogError::Timeout { .. } => Self::new(ProblemCode::CatalogTimeout, detail),
+            CatalogError::TableNotFound(_) => Self::new(ProblemCode::IcebergTableNotFound, detail),
             // Settings the caller can fix, or files that are gone: 422; a store that
-            // does not answer: 502, like a catalog that does not.
+            // does not answer: 502, like a catalog that does not; a local path outside
+            // `catalog.local_paths`: 403, the operator's setting, nothing to fix in the
+            // request.
             CatalogError::Storage {
                 fault, location, ..
-            } => {
-                let status = match fault {
-                    StorageFault::AccessDenied
-                    | StorageFault::NotFound
-                    | StorageFault::Invalid
-                    | StorageFault::NotAFile
-                    | StorageFault::TooLarge => StatusCode::UNPROCESSABLE_ENTITY,
-                    StorageFault::Unreachable => StatusCode::BAD_GATEWAY,
-                    // The operator's setting, not the caller's: nothing to fix in the request.
-                    StorageFault::NotAllowed => StatusCode::FORBIDDEN,
-                };
-                Self::new(status, fault.code(), detail).with("location", location)
-            }
-            CatalogError::Iceberg(_) => Self::new(StatusCode::BAD_GATEWAY, "catalog_error", detail),
+            } => Self::new(storage_code(fault), detail).with("location", location),
+            CatalogError::Iceberg(_) => Self::new(ProblemCode::CatalogError, detail),
             // Like a local path outside `catalog.local_paths`: the operator's setting.
             CatalogError::HostRefused(refused) => refused.into(),
             CatalogError::TypeNotAllowed { allowed, .. } => {
-                Self::new(StatusCode::FORBIDDEN, CATALOG_TYPE_NOT_ALLOWED, detail)
-                    .with("allowed", allowed)
+                Self::new(ProblemCode::CatalogTypeNotAllowed, detail).with("allowed", allowed)
             }
         }
+    }
+}
+
+/// The problem code of a storage fault.
+fn storage_code(fault: StorageFault) -> ProblemCode {
+    match fault {
+        StorageFault::AccessDenied => ProblemCode::StorageAccessDenied,
+        StorageFault::NotFound => ProblemCode::StorageNotFound,
+        StorageFault::Invalid => ProblemCode::StorageSettingsInvalid,
+        StorageFault::NotAFile => ProblemCode::StorageNotAFile,
+        StorageFault::TooLarge => ProblemCode::StorageFileTooLarge,
+        StorageFault::Unreachable => ProblemCode::StorageUnreachable,
+        StorageFault::NotAllowed => ProblemCode::LocalPathNotAllowed,
     }
 }
 
@@ -194,8 +178,7 @@ impl From<HostRefused> for ApiError {
     fn from(refused: HostRefused) -> Self {
         // Like a local path outside `catalog.local_paths`: the operator's setting, nothing
         // to fix in the request.
-        Self::new(StatusCode::FORBIDDEN, HOST_NOT_ALLOWED, refused.to_string())
-            .with("field", refused.what)
+        Self::new(ProblemCode::HostNotAllowed, refused.to_string()).with("field", refused.what)
     }
 }
 
@@ -210,14 +193,16 @@ impl From<CursorError> for ApiError {
             ),
         };
         match e {
-            CursorError::Malformed(_) => Self::bad_request("malformed_cursor", detail),
+            CursorError::Malformed(_) => Self::new(ProblemCode::MalformedCursor, detail),
             CursorError::UnsupportedVersion(_) => {
-                Self::bad_request("unsupported_cursor_version", detail)
+                Self::new(ProblemCode::UnsupportedCursorVersion, detail)
             }
-            CursorError::Foreign(owner) => Self::bad_request("foreign_cursor", detail)
+            CursorError::Foreign(owner) => Self::new(ProblemCode::ForeignCursor, detail)
                 .with("cursor_table_id", owner.to_string()),
-            CursorError::ForeignSubscription(owner) => Self::bad_request("foreign_cursor", detail)
-                .with("cursor_subscription_id", owner.to_string()),
+            CursorError::ForeignSubscription(owner) => {
+                Self::new(ProblemCode::ForeignCursor, detail)
+                    .with("cursor_subscription_id", owner.to_string())
+            }
         }
     }
 }
@@ -232,17 +217,11 @@ impl From<FeedError> for ApiError {
                      re-register the table to rebuild its feed"
                 );
                 tracing::error!(segment = %key, "{detail}");
-                Self::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "change_data_missing",
-                    detail,
-                )
-                .with("segment", key)
+                Self::new(ProblemCode::ChangeDataMissing, detail).with("segment", key)
             }
             FeedError::Store(store) => store.into(),
             FeedError::Segment(ChangeStoreError::ObjectStore { .. }) => Self::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                FailureCode::ChangeStoreUnavailable.as_str(),
+                ProblemCode::ChangeStoreUnavailable,
                 "the node cannot read its change store right now; retry after the time in \
                  Retry-After",
             ),

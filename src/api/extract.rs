@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::AppState;
-use super::error::ApiError;
+use super::error::{ApiError, ProblemCode};
 use super::strict;
 
 /// Characters of a JSON number literal, at most: enough for any `f64` and any 64-bit
@@ -38,8 +38,7 @@ impl<T: DeserializeOwned> FromRequest<AppState> for Json<T> {
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
         if !is_json(req.headers()) {
             return Err(ApiError::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
+                ProblemCode::UnsupportedMediaType,
                 "the body must be JSON, sent with `Content-Type: application/json`",
             ));
         }
@@ -47,25 +46,23 @@ impl<T: DeserializeOwned> FromRequest<AppState> for Json<T> {
             if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 let max = state.settings.api.max_body_bytes;
                 ApiError::new(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "request_body_too_large",
+                    ProblemCode::RequestBodyTooLarge,
                     format!("the body is larger than {max} bytes, the most this node takes"),
                 )
                 .with("max_bytes", max)
             } else {
-                ApiError::bad_request("invalid_request_body", e.body_text())
+                ApiError::new(ProblemCode::MalformedBody, e.body_text())
             }
         })?;
         let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
-            ApiError::bad_request(
-                "invalid_request_body",
+            ApiError::new(
+                ProblemCode::MalformedBody,
                 format!("the body is not valid JSON: {e}"),
             )
         })?;
         if !value.is_object() {
             return Err(ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_request_body",
+                ProblemCode::InvalidRequestBody,
                 format!(
                     "the body must be a JSON object; got {}",
                     kind_of(&value).unwrap_or("a number")
@@ -76,8 +73,7 @@ impl<T: DeserializeOwned> FromRequest<AppState> for Json<T> {
         let parsed = strict::from_value(&value).map_err(|e| {
             let field = e.path();
             let problem = ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "invalid_request_body",
+                ProblemCode::InvalidRequestBody,
                 format!("the body does not have the documented shape: {e}"),
             );
             match field.is_empty() {
@@ -122,8 +118,8 @@ fn kind_of(value: &Value) -> Option<&'static str> {
 
 /// 400 `invalid_text`: `field` holds a NUL character.
 fn invalid_text(field: String) -> ApiError {
-    ApiError::bad_request(
-        "invalid_text",
+    ApiError::new(
+        ProblemCode::InvalidText,
         format!("{field} contains a NUL character (U+0000), which icefeed cannot store; remove it"),
     )
     .with("field", field)
@@ -190,8 +186,8 @@ fn check_number(n: &serde_json::Number, field: &str) -> Result<(), ApiError> {
     {
         let shown: String = literal.chars().take(24).collect();
         let ellipsis = if literal.len() > 24 { "…" } else { "" };
-        return Err(ApiError::bad_request(
-            "invalid_number",
+        return Err(ApiError::new(
+            ProblemCode::InvalidNumber,
             format!(
                 "{field} is {shown}{ellipsis}: numbers must be within the range of a double \
                  and at most {MAX_NUMBER_LEN} characters long"
@@ -231,7 +227,7 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Path<T>
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         let raw = RawPathParams::from_request_parts(parts, state)
             .await
-            .map_err(|e| ApiError::bad_request("invalid_path", e.body_text()))?;
+            .map_err(|e| ApiError::new(ProblemCode::InvalidPath, e.body_text()))?;
         if let Some((name, _)) = raw.iter().find(|(_, value)| value.contains('\0')) {
             return Err(invalid_text(format!("path parameter {name:?}")));
         }
@@ -243,13 +239,13 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Path<T>
 
 impl From<QueryRejection> for ApiError {
     fn from(e: QueryRejection) -> Self {
-        ApiError::bad_request("invalid_query", e.body_text())
+        ApiError::new(ProblemCode::InvalidQuery, e.body_text())
     }
 }
 
 impl From<PathRejection> for ApiError {
     fn from(e: PathRejection) -> Self {
-        ApiError::bad_request("invalid_path", e.body_text())
+        ApiError::new(ProblemCode::InvalidPath, e.body_text())
     }
 }
 

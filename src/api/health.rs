@@ -1,14 +1,14 @@
 //! Liveness, readiness and Prometheus metrics.
 
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use axum::response::IntoResponse;
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::AppState;
-use super::error::{ApiError, Problem};
-use crate::failure::FailureCode;
+use super::error::{ApiError, ProblemCode};
+use crate::api::problem::problems;
 
 const TAG: &str = "operations";
 
@@ -26,19 +26,25 @@ pub async fn healthz() -> axum::Json<Health> {
     axum::Json(Health { status: "ok" })
 }
 
+problems! {
+    /// What `readyz` answers besides success.
+    ReadyzProblems = [
+        &[DatabaseUnavailable, MigrationsPending, ServiceDown, ChangeStoreUnavailable],
+    ];
+}
+
 /// Readiness: the database answers, every migration is applied, every background
 /// service (scheduler, task workers, pusher, janitor, change notifier) runs, and the
 /// change store answers within 2 s.
 #[utoipa::path(get, path = "/readyz", tag = TAG, operation_id = "readyz",
     responses(
         (status = 200, description = "Ready", body = Health),
-        (status = 503, description = "Database unreachable (`database_unavailable`), migrations missing (`migrations_pending`), a background service down and about to be started again (`service_down`), or the change store unreachable (`change_store_unavailable`)", body = Problem, content_type = "application/problem+json"),
+        ReadyzProblems,
     ))]
 pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Health>, ApiError> {
     if let Some((service, why)) = state.services.down().into_iter().next() {
         return Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "service_down",
+            ProblemCode::ServiceDown,
             format!("the {service} of this node stopped ({why}) and is about to start again"),
         ));
     }
@@ -46,8 +52,7 @@ pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Health>,
         Ok(true) => {}
         Ok(false) => {
             return Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "migrations_pending",
+                ProblemCode::MigrationsPending,
                 "the database schema is behind this binary; run `icefeed migrate`",
             ));
         }
@@ -57,8 +62,7 @@ pub async fn readyz(State(state): State<AppState>) -> Result<axum::Json<Health>,
     match tokio::time::timeout(CHANGE_STORE_PROBE, state.changes.probe()).await {
         Ok(Ok(())) => Ok(axum::Json(Health { status: "ok" })),
         Ok(Err(_)) | Err(_) => Err(ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            FailureCode::ChangeStoreUnavailable.as_str(),
+            ProblemCode::ChangeStoreUnavailable,
             "the node cannot reach its change store right now (its log says why)",
         )),
     }

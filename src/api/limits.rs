@@ -5,7 +5,7 @@
 use chrono::{DateTime, Datelike, Utc};
 use serde_json::Value;
 
-use super::error::ApiError;
+use super::error::{ApiError, ProblemCode};
 
 /// The longest duration a request may give, in milliseconds: 100 years (of 365.25 days).
 pub const MAX_DURATION_MS: i64 = crate::store::Retention::MAX_AGE_MS;
@@ -18,17 +18,17 @@ pub const MAX_COUNT: i64 = (1 << 53) - 1;
 /// (PostgreSQL refuses years before 4713 BC, which chrono parses).
 pub const TIMESTAMPS: (&str, &str) = ("0001-01-01T00:00:00Z", "9999-12-31T23:59:59.999999Z");
 
-/// 400 `code`: `field` is `got`, outside `minimum..=maximum`; `unit` follows the bounds
+/// `code` (a 400): `field` is `got`, outside `minimum..=maximum`; `unit` follows the bounds
 /// in the message (e.g. ` seconds`).
 pub fn out_of_range(
-    code: &'static str,
+    code: ProblemCode,
     field: &str,
     minimum: impl Into<Value> + std::fmt::Display,
     maximum: impl Into<Value> + std::fmt::Display,
     unit: &str,
     got: impl std::fmt::Display,
 ) -> ApiError {
-    ApiError::bad_request(
+    ApiError::new(
         code,
         format!("{field} must be between {minimum} and {maximum}{unit}; got {got}"),
     )
@@ -39,7 +39,7 @@ pub fn out_of_range(
 
 /// Checks that `value` of `field` is within `minimum..=maximum`.
 pub fn check<T>(
-    code: &'static str,
+    code: ProblemCode,
     field: &str,
     value: T,
     minimum: T,
@@ -62,7 +62,7 @@ pub fn check_timestamp(field: &str, timestamp: &DateTime<Utc>) -> Result<(), Api
     }
     let (minimum, maximum) = TIMESTAMPS;
     Err(out_of_range(
-        "timestamp_out_of_range",
+        ProblemCode::TimestampOutOfRange,
         field,
         minimum,
         maximum,
@@ -82,8 +82,10 @@ mod tests {
         assert_eq!(d.num_days(), 36_525);
         assert!(Utc::now().checked_sub_signed(d).is_some());
         assert_eq!(MAX_COUNT as f64 as i64, MAX_COUNT);
-        let p = check("c", "f", 0i64, 1, 5).unwrap_err().into_problem();
-        assert_eq!(p.code, "c");
+        let p = check(ProblemCode::LimitOutOfRange, "f", 0i64, 1, 5)
+            .unwrap_err()
+            .into_problem();
+        assert_eq!(p.code, "limit_out_of_range");
         assert_eq!(p.extensions["field"], "f");
         assert_eq!(p.extensions["maximum"], 5);
         let early: DateTime<Utc> = "-5000-01-01T00:00:00Z".parse().unwrap();

@@ -10,6 +10,7 @@ pub mod health;
 pub mod limits;
 pub mod net;
 pub mod pages;
+pub mod problem;
 pub mod request_metrics;
 pub mod stream;
 mod strict;
@@ -22,7 +23,7 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::http::{HeaderName, HeaderValue};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -40,7 +41,7 @@ use crate::changes::ChangeStore;
 use crate::config::{CorsOrigins, Settings};
 use crate::delivery::{ChangeNotifier, Feed};
 use crate::store::Store;
-use error::ApiError;
+use error::{ApiError, ProblemCode};
 
 /// How long a browser may reuse a preflight's answer.
 const CORS_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(600);
@@ -104,8 +105,9 @@ impl AppState {
         (name = "tokens", description = "API tokens and their scopes (when the node has `auth.admin_token`)"),
         (name = "operations", description = "Health, readiness and metrics"),
     ),
-    // Query parameter types: utoipa refers to them but collects only body schemas.
-    components(schemas(pages::Longs, pages::Format))
+    // Query parameter types and problems: utoipa refers to them but collects only body
+    // schemas.
+    components(schemas(pages::Longs, pages::Format, error::Problem))
 )]
 struct ApiDoc;
 
@@ -172,20 +174,6 @@ fn operations(
     })
 }
 
-/// A problem response with `description`.
-fn problem_response(description: &str) -> utoipa::openapi::Response {
-    use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
-    ResponseBuilder::new()
-        .description(description)
-        .content(
-            "application/problem+json",
-            ContentBuilder::new()
-                .schema(Some(Ref::from_schema_name("Problem")))
-                .build(),
-        )
-        .build()
-}
-
 /// Adds `description` to an operation's own answer for `status`, if it has one.
 fn add_response(operation: &mut utoipa::openapi::path::Operation, status: &str, description: &str) {
     let merged = match operation.responses.responses.get(status) {
@@ -196,10 +184,10 @@ fn add_response(operation: &mut utoipa::openapi::path::Operation, status: &str, 
         }
         _ => description.to_string(),
     };
-    operation
-        .responses
-        .responses
-        .insert(status.into(), problem_response(&merged).into());
+    operation.responses.responses.insert(
+        status.into(),
+        problem::docs::problem_response(&merged).into(),
+    );
 }
 
 /// The bearer scheme, required by every operation but health, readiness and metrics,
@@ -231,13 +219,17 @@ fn declare_security(api: &mut utoipa::openapi::OpenApi) {
         operation.security = Some(vec![SecurityRequirement::new::<_, _, &str>(SCHEME, [])]);
         operation.responses.responses.insert(
             "401".into(),
-            problem_response("No token, or one that is unknown, revoked or expired (`unauthenticated`, `invalid_token`)").into(),
+            problem::docs::problem_response(&problem::docs::describe(&[
+                ProblemCode::Unauthenticated,
+                ProblemCode::InvalidToken,
+            ]))
+            .into(),
         );
         // An operation's own 403 (settings the node refuses) adds to the scopes'.
         add_response(
             operation,
             "403",
-            "The token's scopes do not allow this operation (`forbidden`)",
+            &problem::docs::describe(&[ProblemCode::Forbidden]),
         );
     }
 }
@@ -261,9 +253,11 @@ fn declare_unavailable(api: &mut utoipa::openapi::OpenApi) {
         add_response(
             operation,
             "503",
-            "The node cannot reach its database (`database_unavailable`) or change store \
-             (`change_store_unavailable`) right now, or is at its limit of requests \
-             (`overloaded`); retry after `Retry-After` seconds",
+            &problem::docs::describe(&[
+                ProblemCode::DatabaseUnavailable,
+                ProblemCode::ChangeStoreUnavailable,
+                ProblemCode::Overloaded,
+            ]),
         );
         let streams = matches!(
             operation.responses.responses.get("200"),
@@ -279,9 +273,7 @@ fn declare_unavailable(api: &mut utoipa::openapi::OpenApi) {
             add_response(
                 operation,
                 "429",
-                "This client has `limits.max_waiting_per_client` event streams and long \
-                 polls open on the node (`too_many_waiting_requests`); retry after \
-                 `Retry-After` seconds",
+                &problem::docs::describe(&[ProblemCode::TooManyWaitingRequests]),
             );
         }
         for status in ["503", "429"] {
@@ -373,15 +365,13 @@ pub fn router(state: AppState) -> Router {
         .merge(ui::routes())
         .fallback(|| async {
             ApiError::new(
-                StatusCode::NOT_FOUND,
-                "route_not_found",
+                ProblemCode::RouteNotFound,
                 "no such endpoint; GET /openapi.json describes the API",
             )
         })
         .method_not_allowed_fallback(|| async {
             ApiError::new(
-                StatusCode::METHOD_NOT_ALLOWED,
-                "method_not_allowed",
+                ProblemCode::MethodNotAllowed,
                 "this endpoint does not support the method; GET /openapi.json describes the API",
             )
         })

@@ -7,11 +7,11 @@
 
 use std::time::{Duration, Instant};
 
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::HeaderMap;
 use axum::response::Response;
 
 use super::AppState;
-use super::error::ApiError;
+use super::error::{ApiError, ProblemCode};
 use super::pages::{Format, PageSink, PageTail, long_poll_wait, page_limit, selection};
 use super::pages::{PageQuery, ensure_published, ensure_retained, start_position};
 use crate::changelog::key_indexes;
@@ -52,8 +52,8 @@ pub async fn net_page(
     let (range, consumed) = match continued {
         Some(Cursor::Net(at)) => {
             if query.until.is_some() {
-                return Err(ApiError::bad_request(
-                    "range_invalid",
+                return Err(ApiError::new(
+                    ProblemCode::RangeInvalid,
                     "a cursor into net changes continues its range: omit `until`",
                 ));
             }
@@ -165,8 +165,8 @@ async fn range_of_query(
                 until
             }
             Cursor::Net(_) => {
-                return Err(ApiError::bad_request(
-                    "range_invalid",
+                return Err(ApiError::new(
+                    ProblemCode::RangeInvalid,
                     "`until` takes a feed cursor (an event's `position` or a page's `next`), \
                      not a cursor into net changes",
                 ));
@@ -174,8 +174,8 @@ async fn range_of_query(
         },
     };
     if until < after {
-        return Err(ApiError::bad_request(
-            "range_invalid",
+        return Err(ApiError::new(
+            ProblemCode::RangeInvalid,
             "`until` lies before `after`: a range runs forward from `after` to `until`",
         ));
     }
@@ -202,8 +202,7 @@ pub(crate) async fn open_range(
             }
             .to_cursor(table.id);
             return Err(ApiError::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                "net_range_spans_schemas",
+                ProblemCode::NetRangeSpansSchemas,
                 "the table's schema changed within the range, and net changes compare rows \
                  of one schema: ask for the range up to `split_at` (as `until`), then for \
                  the rest (with `split_at` as `after`)",
@@ -265,8 +264,7 @@ pub(crate) async fn wait_for(
 fn computation_failed(failure: &Failure) -> ApiError {
     if failure.code == FailureCode::IdentifierColumnsInvalid {
         return ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "net_changes_failed",
+            ProblemCode::NetChangesFailed,
             format!(
                 "the net changes of the range cannot be computed: {}",
                 failure.message
@@ -278,8 +276,7 @@ fn computation_failed(failure: &Failure) -> ApiError {
     tracing::warn!(error_id = %id, code = failure.code.as_str(), error = %failure.message,
         "computing net changes failed");
     ApiError::new(
-        StatusCode::SERVICE_UNAVAILABLE,
-        "net_changes_failed",
+        ProblemCode::NetChangesInterrupted,
         format!(
             "computing the net changes of the range failed for a passing reason ({}); asking \
              again computes them afresh; reference {id} in the log",
@@ -293,8 +290,7 @@ fn computation_failed(failure: &Failure) -> ApiError {
 /// `410`: a range's result is no longer kept.
 pub(crate) fn range_dropped() -> ApiError {
     ApiError::new(
-        StatusCode::GONE,
-        "net_range_expired",
+        ProblemCode::NetRangeExpired,
         "the net changes of this range are no longer kept (unread for `retention.net_idle`, \
          or a change set they name was pruned): ask for the range again with its `after` \
          and `until`",

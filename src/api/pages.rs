@@ -3,13 +3,13 @@
 
 use std::time::Duration;
 
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
-use super::error::ApiError;
+use super::error::{ApiError, ProblemCode};
 use super::limits;
 use crate::changes::Position;
 use crate::changes::json::{JsonOptions, LongMode};
@@ -123,7 +123,7 @@ pub fn page_limit(state: &AppState, limit: Option<u32>) -> Result<usize, ApiErro
     let limit = limit.unwrap_or(state.settings.api.default_limit);
     if limit == 0 || limit > max {
         return Err(
-            limits::out_of_range("limit_out_of_range", "limit", 1, max, "", limit)
+            limits::out_of_range(ProblemCode::LimitOutOfRange, "limit", 1, max, "", limit)
                 .with("max_limit", max),
         );
     }
@@ -135,10 +135,15 @@ pub fn long_poll_wait(state: &AppState, wait: Option<i64>) -> Result<Duration, A
     let max = state.settings.api.max_wait.as_secs();
     match wait.unwrap_or(0) {
         wait @ 0.. if wait as u64 <= max => Ok(Duration::from_secs(wait as u64)),
-        wait => Err(
-            limits::out_of_range("wait_out_of_range", "wait", 0, max, " seconds", wait)
-                .with("max_wait", max),
-        ),
+        wait => Err(limits::out_of_range(
+            ProblemCode::WaitOutOfRange,
+            "wait",
+            0,
+            max,
+            " seconds",
+            wait,
+        )
+        .with("max_wait", max)),
     }
 }
 
@@ -167,8 +172,7 @@ pub async fn selection(
 /// `earliest` is the cursor of the earliest position still available.
 pub fn position_expired(earliest: String) -> ApiError {
     ApiError::new(
-        StatusCode::GONE,
-        "position_expired",
+        ProblemCode::PositionExpired,
         "the events after this position were removed by the table's retention; continue \
          from `earliest` (the oldest retained position) or start over",
     )
@@ -300,13 +304,13 @@ impl From<SelectionError> for ApiError {
         let detail = e.to_string();
         match e {
             SelectionError::UnknownOp(_) | SelectionError::NoOps => {
-                Self::bad_request("unknown_operation", detail)
+                Self::new(ProblemCode::UnknownOperation, detail)
             }
             SelectionError::UnknownColumn { available, .. } => {
-                Self::bad_request("unknown_column", detail).with("columns", available)
+                Self::new(ProblemCode::UnknownColumn, detail).with("columns", available)
             }
             SelectionError::NoColumns | SelectionError::DuplicateColumn(_) => {
-                Self::bad_request("invalid_columns", detail)
+                Self::new(ProblemCode::InvalidColumns, detail)
             }
         }
     }
@@ -391,8 +395,8 @@ pub(crate) async fn ensure_published(
     if !state.store.is_beyond_feed(table.id, p).await? {
         return Ok(());
     }
-    Err(ApiError::bad_request(
-        "cursor_ahead",
+    Err(ApiError::new(
+        ProblemCode::CursorAhead,
         format!(
             "the cursor points past the end of the feed of table {}: no such position was \
              published; pass a cursor the feed returned, or omit it to start where the feed \

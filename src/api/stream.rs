@@ -15,11 +15,12 @@ use serde::Deserialize;
 use utoipa::IntoParams;
 
 use super::AppState;
-use super::error::{ApiError, Problem};
+use super::error::{ApiError, ProblemCode};
 use super::extract::{Path, Query};
 use super::pages::{Longs, page_limit, selection};
 use super::pages::{ensure_retained, start_position};
 use super::tables::load;
+use crate::api::problem::problems;
 use crate::changes::Position;
 use crate::delivery::{Framing, JsonSink, PageRequest, StreamPage, StreamTiming, event_stream};
 use crate::store::TableId;
@@ -51,6 +52,16 @@ pub struct StreamQuery {
     pub columns: Option<String>,
 }
 
+problems! {
+    /// What `streamChanges` answers besides success.
+    StreamChangesProblems = [
+        TABLE,
+        QUERY,
+        CURSOR,
+        &[LimitOutOfRange, UnknownOperation, UnknownColumn, InvalidColumns, PositionExpired],
+    ];
+}
+
 /// Stream the table's change events as server-sent events.
 ///
 /// The stream starts with `retry:`, then sends every event after the start position as
@@ -68,8 +79,7 @@ pub struct StreamQuery {
     ),
     responses(
         (status = 200, description = "An endless stream of server-sent events: `event: change` whose `data:` line is one `ChangeEvent` (schema `#/components/schemas/ChangeEvent`) and whose `id` is its position; `event: error` whose `data:` is a `Problem` and ends the stream", content_type = "text/event-stream", body = String),
-        (status = 400, description = "Malformed or foreign cursor (in `after` or `Last-Event-ID`), or one beyond the feed (`cursor_ahead`); limit out of range", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such table", body = Problem, content_type = "application/problem+json"),
+        StreamChangesProblems,
     )
 )]
 pub async fn stream_changes(
@@ -132,8 +142,7 @@ pub fn resume_cursor<'a>(
 ) -> Result<Option<&'a str>, ApiError> {
     match headers.get(LAST_EVENT_ID) {
         Some(id) if !id.is_empty() => id.to_str().map(Some).map_err(|_| {
-            ApiError::bad_request(
-                "malformed_cursor",
+            ApiError::new(ProblemCode::MalformedCursor,
                 "malformed cursor in Last-Event-ID: not ASCII; send the id of an event this stream sent",
             )
         }),

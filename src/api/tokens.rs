@@ -12,8 +12,9 @@ use axum::extract::Extension;
 
 use super::AppState;
 use super::auth::{Access, STREAM_TOKEN_TTL, Scope, new_token, subscription_id, token_hash};
-use super::error::{ApiError, Problem};
+use super::error::{ApiError, ProblemCode};
 use super::extract::{Json, Path};
+use crate::api::problem::problems;
 use crate::store::{ApiToken, StoreError};
 
 const TAG: &str = "tokens";
@@ -82,15 +83,14 @@ fn require_auth(state: &AppState) -> Result<(), ApiError> {
         return Ok(());
     }
     Err(ApiError::new(
-        StatusCode::CONFLICT,
-        "auth_disabled",
+        ProblemCode::AuthDisabled,
         "authentication is off on this node, so tokens would not be checked: set \
          auth.admin_token (ICEFEED_AUTH__ADMIN_TOKEN) and call with it",
     ))
 }
 
-fn invalid(code: &'static str, field: &str, detail: String) -> ApiError {
-    ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, code, detail).with("field", field)
+fn invalid(code: ProblemCode, field: &str, detail: String) -> ApiError {
+    ApiError::new(code, detail).with("field", field)
 }
 
 /// Checks and normalizes the scopes: subscriptions named by name are stored by id, and
@@ -98,7 +98,7 @@ fn invalid(code: &'static str, field: &str, detail: String) -> ApiError {
 async fn resolve_scopes(state: &AppState, scopes: &[String]) -> Result<Vec<String>, ApiError> {
     if scopes.is_empty() || scopes.len() > MAX_SCOPES {
         return Err(invalid(
-            "invalid_scope",
+            ProblemCode::InvalidScope,
             "scopes",
             format!(
                 "a token needs 1 to {MAX_SCOPES} scopes; got {}",
@@ -112,7 +112,7 @@ async fn resolve_scopes(state: &AppState, scopes: &[String]) -> Result<Vec<Strin
             Some(("subscription", id_or_name)) if !id_or_name.is_empty() => {
                 let id = subscription_id(state, id_or_name).await?.ok_or_else(|| {
                     invalid(
-                        "subscription_not_found",
+                        ProblemCode::ScopeSubscriptionNotFound,
                         "scopes",
                         format!("scope {text:?}: no subscription {id_or_name:?}"),
                     )
@@ -121,7 +121,7 @@ async fn resolve_scopes(state: &AppState, scopes: &[String]) -> Result<Vec<Strin
             }
             _ => Scope::parse(text).ok_or_else(|| {
                 invalid(
-                    "invalid_scope",
+                    ProblemCode::InvalidScope,
                     "scopes",
                     format!(
                         "unknown scope {text:?}: use admin, read, table:<table id> or \
@@ -135,7 +135,7 @@ async fn resolve_scopes(state: &AppState, scopes: &[String]) -> Result<Vec<Strin
                 Ok(_) => {}
                 Err(StoreError::NotFound) => {
                     return Err(invalid(
-                        "table_not_found",
+                        ProblemCode::ScopeTableNotFound,
                         "scopes",
                         format!("scope {text:?}: no table {id}"),
                     ));
@@ -151,17 +151,29 @@ async fn resolve_scopes(state: &AppState, scopes: &[String]) -> Result<Vec<Strin
     Ok(resolved)
 }
 
+problems! {
+    /// What `createToken` answers besides success.
+    CreateTokenProblems = [
+        JSON_BODY,
+        &[
+            TimestampOutOfRange,
+            AuthDisabled,
+            InvalidName,
+            InvalidScope,
+            ScopeTableNotFound,
+            ScopeSubscriptionNotFound,
+            ExpiryInPast,
+        ],
+    ];
+}
+
 /// Create a token; its secret is in this answer only.
 #[utoipa::path(
     post, path = "/v1/tokens", tag = TAG, operation_id = "createToken",
     request_body = CreateToken,
     responses(
         (status = 201, description = "The token and its secret", body = CreatedToken),
-        (status = 400, description = "Malformed body, or `expires_at` out of range", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Authentication is off on this node (`auth_disabled`)", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is larger than `api.max_body_bytes` (`request_body_too_large`)", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not sent as `application/json` (`unsupported_media_type`)", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "A bad name (`invalid_name`), scope (`invalid_scope`, `table_not_found`, `subscription_not_found`) or expiry (`expiry_in_past`)", body = Problem, content_type = "application/problem+json"),
+        CreateTokenProblems,
     )
 )]
 pub async fn create_token(
@@ -172,7 +184,7 @@ pub async fn create_token(
     let name = request.name.trim();
     if name.is_empty() || name.chars().count() > MAX_NAME_CHARS {
         return Err(invalid(
-            "invalid_name",
+            ProblemCode::InvalidName,
             "name",
             format!("name must have 1 to {MAX_NAME_CHARS} characters"),
         ));
@@ -181,7 +193,7 @@ pub async fn create_token(
         super::limits::check_timestamp("expires_at", at)?;
         if *at <= Utc::now() {
             return Err(invalid(
-                "expiry_in_past",
+                ProblemCode::ExpiryInPast,
                 "expires_at",
                 format!("expires_at {} is not in the future", at.to_rfc3339()),
             ));
@@ -203,12 +215,17 @@ pub async fn create_token(
     ))
 }
 
+problems! {
+    /// What `listTokens` answers besides success.
+    ListTokensProblems = [&[AuthDisabled]];
+}
+
 /// List tokens (never their secrets).
 #[utoipa::path(
     get, path = "/v1/tokens", tag = TAG, operation_id = "listTokens",
     responses(
         (status = 200, description = "Every token, expired ones included", body = TokenList),
-        (status = 409, description = "Authentication is off on this node (`auth_disabled`)", body = Problem, content_type = "application/problem+json"),
+        ListTokensProblems,
     )
 )]
 pub async fn list_tokens(State(state): State<AppState>) -> Result<axum::Json<TokenList>, ApiError> {
@@ -219,14 +236,18 @@ pub async fn list_tokens(State(state): State<AppState>) -> Result<axum::Json<Tok
     }))
 }
 
+problems! {
+    /// What `revokeToken` answers besides success.
+    RevokeTokenProblems = [PATH, &[TokenNotFound, AuthDisabled]];
+}
+
 /// Revoke a token: at once on this node, within `auth.cache_ttl` on the others.
 #[utoipa::path(
     delete, path = "/v1/tokens/{id}", tag = TAG, operation_id = "revokeToken",
     params(("id" = String, Path, description = "Token id")),
     responses(
         (status = 204, description = "Revoked"),
-        (status = 404, description = "No such token", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Authentication is off on this node (`auth_disabled`)", body = Problem, content_type = "application/problem+json"),
+        RevokeTokenProblems,
     )
 )]
 pub async fn revoke_token(
@@ -234,7 +255,7 @@ pub async fn revoke_token(
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
     require_auth(&state)?;
-    let not_found = || ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no token {id}"));
+    let not_found = || ApiError::new(ProblemCode::TokenNotFound, format!("no token {id}"));
     let uuid = Uuid::parse_str(&id).map_err(|_| not_found())?;
     match state.store.delete_token(uuid).await {
         Ok(hash) => {
@@ -268,16 +289,18 @@ pub struct StreamToken {
     pub url: String,
 }
 
+problems! {
+    /// What `createStreamToken` answers besides success.
+    CreateStreamTokenProblems = [JSON_BODY, &[AuthDisabled, InvalidStreamPath]];
+}
+
 /// Get a short-lived token that opens one stream, for clients that cannot send headers.
 #[utoipa::path(
     post, path = "/v1/tokens/stream", tag = TAG, operation_id = "createStreamToken",
     request_body = CreateStreamToken,
     responses(
         (status = 201, description = "The stream token, valid for 5 minutes", body = StreamToken),
-        (status = 409, description = "Authentication is off on this node (`auth_disabled`): open the stream without a token", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is larger than `api.max_body_bytes` (`request_body_too_large`)", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not sent as `application/json` (`unsupported_media_type`)", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "`path` is no stream (`invalid_stream_path`) or the caller may not open it (`forbidden` is 403)", body = Problem, content_type = "application/problem+json"),
+        CreateStreamTokenProblems,
     )
 )]
 pub async fn create_stream_token(
@@ -288,7 +311,7 @@ pub async fn create_stream_token(
     require_auth(&state)?;
     let not_a_stream = || {
         invalid(
-            "invalid_stream_path",
+            ProblemCode::InvalidStreamPath,
             "path",
             format!(
                 "{:?} is not a stream: use /v1/tables/{{id}}/changes/stream or \
@@ -313,8 +336,7 @@ pub async fn create_stream_token(
     };
     if !allowed {
         return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
+            ProblemCode::Forbidden,
             format!("this token's scopes do not allow opening {}", request.path),
         ));
     }

@@ -34,9 +34,6 @@ pub const CATALOG_TYPES: &[&str] = &["sql", "rest", "filesystem", "glue", "hive"
 /// The databases a SQL catalog may be on, by the start of its URL.
 const SQL_URI_PREFIXES: [&str; 3] = ["sqlite:", "postgres://", "postgresql://"];
 
-/// The problem code of settings whose type `catalog.allowed_types` does not list.
-pub const CATALOG_TYPE_NOT_ALLOWED: &str = FailureCode::CatalogTypeNotAllowed.as_str();
-
 /// How to reach the catalog that holds a table.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "type", rename_all = "lowercase")]

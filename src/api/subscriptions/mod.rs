@@ -17,11 +17,12 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::auth::Access;
-use super::error::{ApiError, Problem};
+use super::error::{ApiError, ProblemCode};
 use super::extract::{Json, Path, Query};
 use super::pages::{
     Format, Longs, PageSink, PageTail, long_poll_wait, page_limit, position_expired,
 };
+use crate::api::problem::problems;
 use crate::changes::{Position, subscription_cursor};
 use crate::delivery::{Positions, Selection};
 use crate::store::{
@@ -127,8 +128,7 @@ impl Loaded {
         match self.subscription.state {
             SubscriptionState::Active => Ok(()),
             state => Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "subscription_not_active",
+                ProblemCode::SubscriptionNotActive,
                 format!(
                     "subscription {} is {}; resume it with PATCH {{\"paused\": false}}",
                     self.subscription.name,
@@ -150,8 +150,7 @@ pub(crate) async fn load(state: &AppState, id_or_name: &str) -> Result<Loaded, A
         .await
         .map_err(|e| match e {
             StoreError::NotFound => ApiError::new(
-                StatusCode::NOT_FOUND,
-                "subscription_not_found",
+                ProblemCode::SubscriptionNotFound,
                 format!("no subscription has the id or name {id_or_name:?}"),
             ),
             other => other.into(),
@@ -222,14 +221,41 @@ fn validate_name(name: &str) -> Result<(), ApiError> {
     if ok {
         Ok(())
     } else {
-        Err(ApiError::bad_request(
-            "invalid_subscription_name",
+        Err(ApiError::new(
+            ProblemCode::InvalidSubscriptionName,
             format!(
                 "subscription names are 1 to {MAX_NAME} letters, digits, '.', '_' or '-' and \
                  not a UUID; got {name:?}"
             ),
         ))
     }
+}
+
+problems! {
+    /// What `createSubscription` answers besides success.
+    CreateSubscriptionProblems = [
+        JSON_BODY,
+        CURSOR,
+        &[
+            InvalidSubscriptionName,
+            InvalidTables,
+            TableNotFound,
+            TimestampOutOfRange,
+            CursorStartNeedsOneTable,
+            PositionNotFound,
+            SnapshotNotPublished,
+            UnknownOperation,
+            UnknownColumn,
+            InvalidColumns,
+            TargetRequired,
+            TargetNotAllowed,
+            InvalidTarget,
+            DocumentIdRequired,
+            UnsupportedTableFormat,
+            HostNotAllowed,
+            SubscriptionExists,
+        ],
+    ];
 }
 
 /// Create a subscription.
@@ -243,13 +269,7 @@ fn validate_name(name: &str) -> Result<(), ApiError> {
     responses(
         (status = 201, description = "Created", body = SubscriptionView,
          headers(("Location" = String, description = "URL of the new subscription"))),
-        (status = 400, description = "Malformed body; invalid name, tables, operations, columns or start", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "A table does not exist", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "A push target on a host outside the public internet that `network.allowed_hosts` does not list (`host_not_allowed`)", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The name is taken", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is larger than `api.max_body_bytes` (`request_body_too_large`)", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not sent as `application/json` (`unsupported_media_type`)", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "The start snapshot has no published change set; the body misses a field, has one of the wrong type or an unknown one", body = Problem, content_type = "application/problem+json"),
+        CreateSubscriptionProblems,
     )
 )]
 pub async fn create_subscription(
@@ -261,8 +281,8 @@ pub async fn create_subscription(
         super::limits::check_timestamp("start.timestamp", timestamp)?;
     }
     if request.tables.is_empty() || request.tables.len() > MAX_TABLES {
-        return Err(ApiError::bad_request(
-            "invalid_tables",
+        return Err(ApiError::new(
+            ProblemCode::InvalidTables,
             format!("tables must name 1 to {MAX_TABLES} table ids"),
         ));
     }
@@ -270,8 +290,8 @@ pub async fn create_subscription(
     let mut available = BTreeSet::new();
     for id in &request.tables {
         if request.tables.iter().filter(|t| *t == id).count() > 1 {
-            return Err(ApiError::bad_request(
-                "invalid_tables",
+            return Err(ApiError::new(
+                ProblemCode::InvalidTables,
                 format!("table {id} is named twice"),
             ));
         }
@@ -281,8 +301,7 @@ pub async fn create_subscription(
             .await
             .map_err(|e| match e {
                 StoreError::NotFound => ApiError::new(
-                    StatusCode::NOT_FOUND,
-                    "table_not_found",
+                    ProblemCode::TableNotFound,
                     format!("no table is registered with id {id}; GET /v1/tables lists them"),
                 ),
                 other => other.into(),
@@ -320,8 +339,7 @@ pub async fn create_subscription(
         .await
         .map_err(|e| match e {
             StoreError::Conflict(_) => ApiError::new(
-                StatusCode::CONFLICT,
-                "subscription_exists",
+                ProblemCode::SubscriptionExists,
                 format!(
                     "a subscription named {:?} exists; pick another name or delete it",
                     new.name
@@ -340,12 +358,17 @@ pub async fn create_subscription(
         .into_response())
 }
 
+problems! {
+    /// What `listSubscriptions` answers besides success.
+    ListSubscriptionsProblems = [&[InternalError]];
+}
+
 /// List subscriptions.
 #[utoipa::path(
     get, path = "/v1/subscriptions", tag = TAG, operation_id = "listSubscriptions",
     responses(
         (status = 200, description = "The subscriptions the token may consume", body = SubscriptionList),
-        (status = 500, description = "The database failed; the answer carries an error id", body = Problem, content_type = "application/problem+json"),
+        ListSubscriptionsProblems,
     )
 )]
 pub async fn list_subscriptions(
@@ -361,13 +384,18 @@ pub async fn list_subscriptions(
     Ok(axum::Json(SubscriptionList { subscriptions }))
 }
 
+problems! {
+    /// What `getSubscription` answers besides success.
+    GetSubscriptionProblems = [SUBSCRIPTION];
+}
+
 /// Get a subscription with its committed position and lag.
 #[utoipa::path(
     get, path = "/v1/subscriptions/{id}", tag = TAG, operation_id = "getSubscription",
     params(("id" = String, Path, description = "Subscription id or name")),
     responses(
         (status = 200, description = "The subscription", body = SubscriptionView),
-        (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
+        GetSubscriptionProblems,
     )
 )]
 pub async fn get_subscription(
@@ -378,6 +406,11 @@ pub async fn get_subscription(
     Ok(axum::Json(view(&state, &loaded).await?))
 }
 
+problems! {
+    /// What `updateSubscription` answers besides success.
+    UpdateSubscriptionProblems = [SUBSCRIPTION, JSON_BODY];
+}
+
 /// Pause or resume a subscription.
 #[utoipa::path(
     patch, path = "/v1/subscriptions/{id}", tag = TAG, operation_id = "updateSubscription",
@@ -385,11 +418,7 @@ pub async fn get_subscription(
     request_body = UpdateSubscription,
     responses(
         (status = 200, description = "The subscription", body = SubscriptionView),
-        (status = 400, description = "Malformed body", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is larger than `api.max_body_bytes` (`request_body_too_large`)", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not sent as `application/json` (`unsupported_media_type`)", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "The body misses `paused` or has unknown fields", body = Problem, content_type = "application/problem+json"),
+        UpdateSubscriptionProblems,
     )
 )]
 pub async fn update_subscription(
@@ -406,13 +435,18 @@ pub async fn update_subscription(
     Ok(axum::Json(view(&state, &loaded).await?))
 }
 
+problems! {
+    /// What `deleteSubscription` answers besides success.
+    DeleteSubscriptionProblems = [SUBSCRIPTION];
+}
+
 /// Delete a subscription.
 #[utoipa::path(
     delete, path = "/v1/subscriptions/{id}", tag = TAG, operation_id = "deleteSubscription",
     params(("id" = String, Path, description = "Subscription id or name")),
     responses(
         (status = 204, description = "Deleted"),
-        (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
+        DeleteSubscriptionProblems,
     )
 )]
 pub async fn delete_subscription(
@@ -454,6 +488,23 @@ pub struct SubscriptionPageQuery {
     pub net: Option<bool>,
 }
 
+problems! {
+    /// What `getSubscriptionEvents` answers besides success.
+    GetSubscriptionEventsProblems = [
+        SUBSCRIPTION,
+        QUERY,
+        CURSOR,
+        &[
+            LimitOutOfRange,
+            WaitOutOfRange,
+            PushSubscription,
+            SubscriptionNotActive,
+            PositionExpired,
+        ],
+        NET,
+    ];
+}
+
 /// Read the next page of a subscription.
 ///
 /// Starts after the committed position (or `after`); the same page is returned again
@@ -474,12 +525,7 @@ pub struct SubscriptionPageQuery {
             ("Icefeed-More" = bool, description = "Whether more events are available now"),
             ("Icefeed-Count" = u64, description = "Events in the page"),
         )),
-        (status = 400, description = "Malformed or foreign cursor, or one beyond a table's feed (`cursor_ahead`); limit or wait out of range", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The subscription is paused", body = Problem, content_type = "application/problem+json"),
-        (status = 410, description = "Retention removed events the subscription had not consumed (a hard limit; `position_expired`, `earliest` holds the oldest available cursor), or the net changes of a range are no longer kept (`net_range_expired`)", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Net changes: a table's schema changed within its range (`net_range_spans_schemas`), or its identifier columns are not unique at one end of it (`net_changes_failed`)", body = Problem, content_type = "application/problem+json"),
-        (status = 503, description = "Net changes: computing them failed for a passing reason (`net_changes_failed`); asking again computes them afresh", body = Problem, content_type = "application/problem+json"),
+        GetSubscriptionEventsProblems,
     )
 )]
 pub async fn get_subscription_events(
@@ -551,6 +597,16 @@ pub(crate) async fn record_delivered(
     Ok(())
 }
 
+problems! {
+    /// What `ackSubscription` answers besides success.
+    AckSubscriptionProblems = [
+        SUBSCRIPTION,
+        JSON_BODY,
+        CURSOR,
+        &[PushSubscription, AckBackwards, AckNotDelivered],
+    ];
+}
+
 /// Acknowledge events: commit a position.
 ///
 /// Everything up to `position` is committed; the next `GET …/events` continues after it.
@@ -562,12 +618,7 @@ pub(crate) async fn record_delivered(
     request_body = Ack,
     responses(
         (status = 200, description = "The subscription with its new committed position", body = SubscriptionView),
-        (status = 400, description = "Malformed or foreign cursor", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The position is before the committed one, or was never delivered", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is larger than `api.max_body_bytes` (`request_body_too_large`)", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not sent as `application/json` (`unsupported_media_type`)", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "The body misses `position` or has unknown fields", body = Problem, content_type = "application/problem+json"),
+        AckSubscriptionProblems,
     )
 )]
 pub async fn ack_subscription(
@@ -583,8 +634,7 @@ pub async fn ack_subscription(
         let canonical = |p| state.store.canonical_position(table.id, p);
         let not_delivered = || {
             ApiError::new(
-                StatusCode::CONFLICT,
-                "ack_not_delivered",
+                ProblemCode::AckNotDelivered,
                 format!(
                     "the position is beyond anything this subscription delivered on table {}; \
                      acknowledge positions its pages or streams returned",
@@ -596,8 +646,7 @@ pub async fn ack_subscription(
         let committed = canonical(slot.committed).await?.unwrap_or(slot.committed);
         if p < committed {
             return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "ack_backwards",
+                ProblemCode::AckBackwards,
                 format!(
                     "the position is before the committed position on table {}; acks never \
                      move backwards",

@@ -13,9 +13,10 @@ use super::model::{
 };
 use super::{Loaded, TAG, load, start, view};
 use crate::api::AppState;
-use crate::api::error::{ApiError, Problem};
+use crate::api::error::{ApiError, ProblemCode};
 use crate::api::extract::{Json, Path, Query};
 use crate::api::limits;
+use crate::api::problem::problems;
 use crate::delivery::opensearch::{ConfigError, OpenSearchTarget, PushTarget};
 use crate::int64::Int64;
 use crate::network::HostPolicy;
@@ -35,14 +36,14 @@ pub(super) async fn check_target(
     let target = match (kind, &request.target) {
         (SubscriptionKind::Pull, None) => return Ok(None),
         (SubscriptionKind::Pull, Some(_)) => {
-            return Err(ApiError::bad_request(
-                "target_not_allowed",
+            return Err(ApiError::new(
+                ProblemCode::TargetNotAllowed,
                 "a pull subscription has no target; set \"kind\": \"opensearch\" to push",
             ));
         }
         (SubscriptionKind::Opensearch, None) => {
-            return Err(ApiError::bad_request(
-                "target_required",
+            return Err(ApiError::new(
+                ProblemCode::TargetRequired,
                 "an opensearch subscription needs a `target`: endpoints and index at least",
             ));
         }
@@ -53,7 +54,7 @@ pub(super) async fn check_target(
             ConfigError::Invalid { field, .. } => Some(format!("target.{field}")),
             ConfigError::Malformed(_) => None,
         };
-        let problem = ApiError::bad_request("invalid_target", e.to_string());
+        let problem = ApiError::new(ProblemCode::InvalidTarget, e.to_string());
         match field {
             Some(field) => problem.with("field", field),
             None => problem,
@@ -66,8 +67,8 @@ pub(super) async fn check_target(
     }
     for table in tables {
         if checked.config.document_id.is_none() && table.identifier_columns.is_empty() {
-            return Err(ApiError::bad_request(
-                "document_id_required",
+            return Err(ApiError::new(
+                ProblemCode::DocumentIdRequired,
                 format!(
                     "table {} has no identifier columns, so documents have no natural id; \
                      give `target.document_id`, or register the table with identifier_columns",
@@ -76,8 +77,8 @@ pub(super) async fn check_target(
             ));
         }
         if table.checkpoint_sequence_number == Some(0) {
-            return Err(ApiError::bad_request(
-                "unsupported_table_format",
+            return Err(ApiError::new(
+                ProblemCode::UnsupportedTableFormat,
                 format!(
                     "table {} is in Iceberg format v1 (sequence number 0): external versions \
                      cannot order its changes; upgrade it to format v2 to push it",
@@ -134,8 +135,7 @@ pub(super) fn ensure_pull(loaded: &Loaded) -> Result<(), ApiError> {
         return Ok(());
     }
     Err(ApiError::new(
-        StatusCode::CONFLICT,
-        "push_subscription",
+        ProblemCode::PushSubscription,
         format!(
             "subscription {} pushes into OpenSearch; its events are read by the push worker, \
              not pulled. GET /v1/subscriptions/{} shows its progress",
@@ -147,8 +147,7 @@ pub(super) fn ensure_pull(loaded: &Loaded) -> Result<(), ApiError> {
 fn ensure_push(loaded: &Loaded) -> Result<(), ApiError> {
     match ensure_pull(loaded) {
         Ok(()) => Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "not_a_push_subscription",
+            ProblemCode::NotAPushSubscription,
             format!(
                 "subscription {} is a pull subscription; it has no dead letters",
                 loaded.subscription.name
@@ -156,6 +155,23 @@ fn ensure_push(loaded: &Loaded) -> Result<(), ApiError> {
         )),
         Err(_) => Ok(()),
     }
+}
+
+problems! {
+    /// What `rewindSubscription` answers besides success.
+    RewindSubscriptionProblems = [
+        SUBSCRIPTION,
+        JSON_BODY,
+        CURSOR,
+        &[
+            InvalidRewind,
+            TimestampOutOfRange,
+            PositionNotFound,
+            SnapshotNotPublished,
+            RewindForward,
+            PositionExpired,
+        ],
+    ];
 }
 
 /// Rewind a subscription.
@@ -171,13 +187,7 @@ fn ensure_push(loaded: &Loaded) -> Result<(), ApiError> {
     request_body = Rewind,
     responses(
         (status = 200, description = "The subscription with its new committed position", body = SubscriptionView),
-        (status = 400, description = "Not exactly one of the fields, or a malformed or foreign cursor", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The position is after the committed one", body = Problem, content_type = "application/problem+json"),
-        (status = 410, description = "Retention removed events after the position", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is larger than `api.max_body_bytes` (`request_body_too_large`)", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not sent as `application/json` (`unsupported_media_type`)", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "The snapshot has no published change set; the body has unknown fields or wrong types", body = Problem, content_type = "application/problem+json"),
+        RewindSubscriptionProblems,
     )
 )]
 pub async fn rewind_subscription(
@@ -193,8 +203,8 @@ pub async fn rewind_subscription(
         rewind.earliest == Some(true),
     ];
     if given.iter().filter(|g| **g).count() != 1 {
-        return Err(ApiError::bad_request(
-            "invalid_rewind",
+        return Err(ApiError::new(
+            ProblemCode::InvalidRewind,
             "give exactly one of position, snapshot_id, timestamp or \"earliest\": true",
         ));
     }
@@ -206,8 +216,8 @@ pub async fn rewind_subscription(
         for (table, p) in loaded.tables.iter().zip(loaded.decode(cursor)?) {
             let canonical = state.store.canonical_position(table.id, p).await?;
             positions.push(canonical.ok_or_else(|| {
-                ApiError::bad_request(
-                    "position_not_found",
+                ApiError::new(
+                    ProblemCode::PositionNotFound,
                     "the cursor points past the end of a table's feed",
                 )
             })?);
@@ -230,8 +240,7 @@ pub async fn rewind_subscription(
             .unwrap_or(slot.committed);
         if *p > committed {
             return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "rewind_forward",
+                ProblemCode::RewindForward,
                 format!(
                     "the position is after the committed position on table {}; a rewind only \
                      moves back",
@@ -275,15 +284,18 @@ fn dead_letter_view(d: DeadLetter) -> DeadLetterView {
     }
 }
 
+problems! {
+    /// What `listDeadLetters` answers besides success.
+    ListDeadLettersProblems = [SUBSCRIPTION, QUERY, &[LimitOutOfRange], PUSH_ONLY];
+}
+
 /// List a push subscription's dead letters.
 #[utoipa::path(
     get, path = "/v1/subscriptions/{id}/dead-letters", tag = TAG, operation_id = "listDeadLetters",
     params(("id" = String, Path, description = "Subscription id or name"), DeadLetterQuery),
     responses(
         (status = 200, description = "A page of dead letters", body = DeadLetterPage),
-        (status = 400, description = "Malformed query, or limit out of range", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "A pull subscription", body = Problem, content_type = "application/problem+json"),
+        ListDeadLettersProblems,
     )
 )]
 pub async fn list_dead_letters(
@@ -309,6 +321,16 @@ pub async fn list_dead_letters(
     }))
 }
 
+problems! {
+    /// What `redriveDeadLetters` answers besides success.
+    RedriveDeadLettersProblems = [
+        SUBSCRIPTION,
+        JSON_BODY,
+        &[InvalidRedrive, LimitOutOfRange],
+        PUSH_ONLY,
+    ];
+}
+
 /// Send dead letters again.
 ///
 /// Queues the listed dead letters (or, without `ids`, a page of them: `after`, `limit`,
@@ -323,12 +345,7 @@ pub async fn list_dead_letters(
     request_body = Redrive,
     responses(
         (status = 202, description = "The dead letters are queued", body = RedriveQueued),
-        (status = 400, description = "Malformed body, `ids` together with `after` or `limit` (`invalid_redrive`), or too many ids or a limit out of range", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "A pull subscription", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is larger than `api.max_body_bytes` (`request_body_too_large`)", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not sent as `application/json` (`unsupported_media_type`)", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "The body has unknown fields or wrong types", body = Problem, content_type = "application/problem+json"),
+        RedriveDeadLettersProblems,
     )
 )]
 pub async fn redrive_dead_letters(
@@ -342,15 +359,15 @@ pub async fn redrive_dead_letters(
     let (_, max) = DEAD_LETTER_LIMITS;
     let (ids, next) = match (&redrive.ids, redrive.after, redrive.limit) {
         (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
-            return Err(ApiError::bad_request(
-                "invalid_redrive",
+            return Err(ApiError::new(
+                ProblemCode::InvalidRedrive,
                 "give either ids, or after and limit, not both",
             ));
         }
         (Some(ids), None, None) => {
             if ids.is_empty() || ids.len() > max as usize {
                 return Err(limits::out_of_range(
-                    "limit_out_of_range",
+                    ProblemCode::LimitOutOfRange,
                     "ids",
                     1,
                     max,
@@ -384,7 +401,7 @@ pub async fn redrive_dead_letters(
 fn checked_limit(limit: Option<u32>) -> Result<u32, ApiError> {
     let (default, max) = DEAD_LETTER_LIMITS;
     limits::check(
-        "limit_out_of_range",
+        ProblemCode::LimitOutOfRange,
         "limit",
         limit.unwrap_or(default),
         1,

@@ -1,10 +1,8 @@
 //! Resolving a new subscription's start into a canonical position per table.
 
-use axum::http::StatusCode;
-
 use super::model::{SubscriptionStart, SubscriptionStartName};
 use crate::api::AppState;
-use crate::api::error::ApiError;
+use crate::api::error::{ApiError, ProblemCode};
 use crate::changes::Position;
 use crate::store::SourceTable;
 
@@ -27,8 +25,8 @@ pub async fn resolve(
         SubscriptionStart::Named(SubscriptionStartName::Latest) => before(table.last_ordinal + 1),
         SubscriptionStart::Cursor { cursor } => {
             if tables != 1 {
-                return Err(ApiError::bad_request(
-                    "cursor_start_needs_one_table",
+                return Err(ApiError::new(
+                    ProblemCode::CursorStartNeedsOneTable,
                     "a table cursor can only start a subscription of that one table; use \
                      earliest, latest, a snapshot id or a timestamp for several tables",
                 ));
@@ -40,8 +38,7 @@ pub async fn resolve(
                 Some(ordinal) => before(ordinal + 1),
                 None => {
                     return Err(ApiError::new(
-                        StatusCode::UNPROCESSABLE_ENTITY,
-                        "snapshot_not_published",
+                        ProblemCode::SnapshotNotPublished,
                         format!(
                             "table {} has no published change set for snapshot {snapshot_id}; \
                              GET /v1/tables/{}/changes shows the published snapshots",
@@ -62,8 +59,8 @@ pub async fn resolve(
         .canonical_position(table.id, position)
         .await?
         .ok_or_else(|| {
-            ApiError::bad_request(
-                "position_not_found",
+            ApiError::new(
+                ProblemCode::PositionNotFound,
                 "the cursor points past the end of the table's feed",
             )
         })

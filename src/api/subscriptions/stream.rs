@@ -12,9 +12,10 @@ use utoipa::IntoParams;
 
 use super::{load, record_delivered};
 use crate::api::AppState;
-use crate::api::error::{ApiError, Problem};
+use crate::api::error::ApiError;
 use crate::api::extract::{Path, Query};
 use crate::api::pages::{Longs, page_limit};
+use crate::api::problem::problems;
 use crate::api::stream::{resume_cursor, sse_response, stream_page, stream_timing};
 use crate::changes::Position;
 use crate::delivery::{Framing, JsonSink, Positions, event_stream};
@@ -34,6 +35,16 @@ pub struct SubscriptionStreamQuery {
     pub longs: Option<Longs>,
 }
 
+problems! {
+    /// What `streamSubscription` answers besides success.
+    StreamSubscriptionProblems = [
+        SUBSCRIPTION,
+        QUERY,
+        CURSOR,
+        &[LimitOutOfRange, PushSubscription, SubscriptionNotActive, PositionExpired],
+    ];
+}
+
 /// Stream a subscription's events as server-sent events.
 ///
 /// Like the table stream, with subscription cursors as event ids: every event after the
@@ -49,10 +60,7 @@ pub struct SubscriptionStreamQuery {
     ),
     responses(
         (status = 200, description = "An endless stream of server-sent events: `event: change` whose `data:` line is one `ChangeEvent` (schema `#/components/schemas/ChangeEvent`) and whose `id` is its position; `event: error` whose `data:` is a `Problem` and ends the stream", content_type = "text/event-stream", body = String),
-        (status = 400, description = "Malformed or foreign cursor, or one beyond a table's feed (`cursor_ahead`); limit out of range", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such subscription", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The subscription is paused, or pushes into OpenSearch", body = Problem, content_type = "application/problem+json"),
-        (status = 410, description = "Retention removed events the subscription had not consumed", body = Problem, content_type = "application/problem+json"),
+        StreamSubscriptionProblems,
     )
 )]
 pub async fn stream_subscription(

@@ -10,8 +10,9 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::auth::Access;
-use super::error::{ApiError, Problem};
+use super::error::{ApiError, ProblemCode};
 use super::extract::{Json, Path};
+use crate::api::problem::problems;
 use crate::store::{StoreError, TableId};
 use model::{RegisterTable, TableList, TableView, UpdateTable};
 
@@ -23,8 +24,8 @@ pub(crate) async fn load(
     id: &str,
 ) -> Result<crate::store::SourceTable, ApiError> {
     let id = Uuid::parse_str(id).map_err(|_| {
-        ApiError::bad_request(
-            "invalid_table_id",
+        ApiError::new(
+            ProblemCode::InvalidTableId,
             format!("{id:?} is not a table id (a UUID)"),
         )
     })?;
@@ -34,12 +35,29 @@ pub(crate) async fn load(
 fn not_found(e: StoreError) -> ApiError {
     match e {
         StoreError::NotFound => ApiError::new(
-            StatusCode::NOT_FOUND,
-            "table_not_found",
+            ProblemCode::TableNotFound,
             "no table is registered with this id; GET /v1/tables lists them",
         ),
         other => other.into(),
     }
+}
+
+problems! {
+    /// What `registerTable` answers besides success.
+    RegisterTableProblems = [
+        JSON_BODY,
+        CATALOG,
+        &[
+            InvalidPollInterval,
+            InvalidRetention,
+            TimestampOutOfRange,
+            DuplicateIdentifierColumn,
+            UnknownIdentifierColumn,
+            BranchNotFound,
+            UnknownSnapshot,
+            TableAlreadyRegistered,
+        ],
+    ];
 }
 
 /// Register an Iceberg table and start its change feed.
@@ -49,14 +67,7 @@ fn not_found(e: StoreError) -> ApiError {
     responses(
         (status = 201, description = "Registered; the feed starts at the next poll", body = TableView,
          headers(("Location" = String, description = "URL of the new table"))),
-        (status = 400, description = "Malformed request: unknown catalog type, invalid settings, identifier or poll interval", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "The catalog type is not in `catalog.allowed_types` (`catalog_type_not_allowed`), or the settings name a local file outside `catalog.local_paths` (`local_path_not_allowed`) or a host outside the public internet that `network.allowed_hosts` does not list (`host_not_allowed`)", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The table is registered already", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is larger than `api.max_body_bytes` (`request_body_too_large`)", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not sent as `application/json` (`unsupported_media_type`)", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "The catalog has no such table, branch, snapshot or identifier column; the body misses a field, has one of the wrong type or an unknown one", body = Problem, content_type = "application/problem+json"),
-        (status = 502, description = "The catalog could not be reached", body = Problem, content_type = "application/problem+json"),
-        (status = 504, description = "The catalog did not answer within `catalog.timeout` (`catalog_timeout`)", body = Problem, content_type = "application/problem+json"),
+        RegisterTableProblems,
     )
 )]
 pub async fn register_table(
@@ -72,8 +83,7 @@ pub async fn register_table(
     .await?;
     let table = state.store.insert_table(&new).await.map_err(|e| match e {
         StoreError::Conflict(_) => ApiError::new(
-            StatusCode::CONFLICT,
-            "table_already_registered",
+            ProblemCode::TableAlreadyRegistered,
             format!(
                 "{} on branch {:?} of this catalog is registered already; GET /v1/tables lists it",
                 table_display(&new),
@@ -95,12 +105,17 @@ fn table_display(t: &crate::store::NewSourceTable) -> String {
     crate::store::display_name(&t.namespace, &t.name)
 }
 
+problems! {
+    /// What `listTables` answers besides success.
+    ListTablesProblems = [&[InternalError]];
+}
+
 /// List registered tables.
 #[utoipa::path(
     get, path = "/v1/tables", tag = TAG, operation_id = "listTables",
     responses(
         (status = 200, description = "The registered tables the token may read", body = TableList),
-        (status = 500, description = "The database failed; the answer carries an error id", body = Problem, content_type = "application/problem+json"),
+        ListTablesProblems,
     )
 )]
 pub async fn list_tables(
@@ -117,14 +132,18 @@ pub async fn list_tables(
     }))
 }
 
+problems! {
+    /// What `getTable` answers besides success.
+    GetTableProblems = [TABLE];
+}
+
 /// Get a table: state, checkpoint, lag and last error.
 #[utoipa::path(
     get, path = "/v1/tables/{id}", tag = TAG, operation_id = "getTable",
     params(("id" = uuid::Uuid, Path, description = "Table id")),
     responses(
         (status = 200, description = "The table", body = TableView),
-        (status = 400, description = "Not a table id", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such table", body = Problem, content_type = "application/problem+json"),
+        GetTableProblems,
     )
 )]
 pub async fn get_table(
@@ -135,6 +154,16 @@ pub async fn get_table(
     Ok(axum::Json(TableView::from(&table)))
 }
 
+problems! {
+    /// What `updateTable` answers besides success.
+    UpdateTableProblems = [
+        TABLE,
+        JSON_BODY,
+        CATALOG,
+        &[InvalidPollInterval, InvalidRetention, CatalogTableMismatch, Conflict],
+    ];
+}
+
 /// Pause or resume a table (resuming retries a table in the error state), change its poll interval or retention, or replace its catalog settings.
 #[utoipa::path(
     patch, path = "/v1/tables/{id}", tag = TAG, operation_id = "updateTable",
@@ -142,15 +171,7 @@ pub async fn get_table(
     request_body = UpdateTable,
     responses(
         (status = 200, description = "The updated table", body = TableView),
-        (status = 400, description = "Not a table id, malformed body, invalid poll interval, retention or catalog settings", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such table", body = Problem, content_type = "application/problem+json"),
-        (status = 403, description = "The new catalog type is not in `catalog.allowed_types` (`catalog_type_not_allowed`), or the new settings name a local file outside `catalog.local_paths` (`local_path_not_allowed`) or a host outside the public internet that `network.allowed_hosts` does not list (`host_not_allowed`)", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Another registration follows the table through the new catalog settings", body = Problem, content_type = "application/problem+json"),
-        (status = 413, description = "The body is larger than `api.max_body_bytes` (`request_body_too_large`)", body = Problem, content_type = "application/problem+json"),
-        (status = 415, description = "The body is not sent as `application/json` (`unsupported_media_type`)", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "A field of the wrong type or an unknown one; the new catalog settings reach no table, another table, or files that cannot be read (`storage_access_denied`, `storage_not_found`)", body = Problem, content_type = "application/problem+json"),
-        (status = 502, description = "The new catalog or its storage did not answer", body = Problem, content_type = "application/problem+json"),
-        (status = 504, description = "The new catalog did not answer within `catalog.timeout` (`catalog_timeout`)", body = Problem, content_type = "application/problem+json"),
+        UpdateTableProblems,
     )
 )]
 pub async fn update_table(
@@ -199,15 +220,18 @@ pub async fn update_table(
     Ok(axum::Json(TableView::from(&table)))
 }
 
+problems! {
+    /// What `deleteTable` answers besides success.
+    DeleteTableProblems = [TABLE, &[TableInUse]];
+}
+
 /// Unregister a table and delete its change sets.
 #[utoipa::path(
     delete, path = "/v1/tables/{id}", tag = TAG, operation_id = "deleteTable",
     params(("id" = uuid::Uuid, Path, description = "Table id")),
     responses(
         (status = 204, description = "Deleted"),
-        (status = 409, description = "Subscriptions read the table", body = Problem, content_type = "application/problem+json"),
-        (status = 400, description = "Not a table id", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such table", body = Problem, content_type = "application/problem+json"),
+        DeleteTableProblems,
     )
 )]
 pub async fn delete_table(
@@ -218,8 +242,7 @@ pub async fn delete_table(
     let readers = state.store.subscriptions_of_table(table.id).await?;
     if !readers.is_empty() {
         return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "table_in_use",
+            ProblemCode::TableInUse,
             format!(
                 "subscriptions read this table: {}; delete them first",
                 readers.join(", ")
@@ -240,15 +263,18 @@ pub async fn delete_table(
     Ok(StatusCode::NO_CONTENT)
 }
 
+problems! {
+    /// What `retryTable` answers besides success.
+    RetryTableProblems = [TABLE, &[TableNotInError]];
+}
+
 /// Retry a table in the error state: the scheduler polls it again at once.
 #[utoipa::path(
     post, path = "/v1/tables/{id}/retry", tag = TAG, operation_id = "retryTable",
     params(("id" = uuid::Uuid, Path, description = "Table id")),
     responses(
         (status = 200, description = "The table, active again", body = TableView),
-        (status = 400, description = "Not a table id", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such table", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "The table is not in the error state", body = Problem, content_type = "application/problem+json"),
+        RetryTableProblems,
     )
 )]
 pub async fn retry_table(
@@ -258,8 +284,7 @@ pub async fn retry_table(
     let table = load(&state, &id).await?;
     if table.state != crate::store::TableState::Error {
         return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "table_not_in_error",
+            ProblemCode::TableNotInError,
             format!(
                 "the table is {}; only a table in the error state can be retried",
                 serde_json::to_value(table.state)

@@ -3,12 +3,11 @@
 
 use std::time::Duration;
 
-use axum::http::StatusCode;
 use iceberg::spec::TableMetadataRef;
 use iceberg::util::snapshot::ancestors_of;
 
 use super::model::{RegisterTable, StartName, StartPosition};
-use crate::api::error::ApiError;
+use crate::api::error::{ApiError, ProblemCode};
 use crate::api::limits;
 use crate::catalog::{CatalogConfig, REDACTED, Reach, display_ident, parse_ident};
 use crate::int64::Int64;
@@ -35,7 +34,7 @@ pub async fn prepare(
     }
     let catalog = CatalogConfig::from_json(&request.catalog)?;
     let ident = parse_ident(&request.table)
-        .map_err(|e| ApiError::bad_request("invalid_table_identifier", e.to_string()))?;
+        .map_err(|e| ApiError::new(ProblemCode::InvalidTableIdentifier, e.to_string()))?;
     let table = catalog.load_checked(&ident, catalog_timeout, reach).await?;
     let metadata = table.metadata_ref();
 
@@ -48,8 +47,7 @@ pub async fn prepare(
     let head = metadata.snapshot_for_ref(&branch).map(|s| s.snapshot_id());
     if head.is_none() && !(branch == "main" && metadata.snapshots().len() == 0) {
         return Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "branch_not_found",
+            ProblemCode::BranchNotFound,
             format!("table {} has no branch {branch:?}", request.table),
         ));
     }
@@ -95,14 +93,13 @@ pub async fn replacement_catalog(
     keep_shown_secrets(&mut catalog, &table.catalog);
     let config = CatalogConfig::from_json(&catalog)?;
     let ident = parse_ident(&table.table_name)
-        .map_err(|e| ApiError::bad_request("invalid_table_identifier", e.to_string()))?;
+        .map_err(|e| ApiError::new(ProblemCode::InvalidTableIdentifier, e.to_string()))?;
     let iceberg = config.load_checked(&ident, catalog_timeout, reach).await?;
     if let Some(checkpoint) = table.checkpoint_snapshot_id
         && iceberg.metadata().snapshot_by_id(checkpoint).is_none()
     {
         return Err(ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "catalog_table_mismatch",
+            ProblemCode::CatalogTableMismatch,
             format!(
                 "the table {} these settings reach does not hold snapshot {checkpoint}, the \
                  feed's checkpoint: they reach another table, or one whose history was expired",
@@ -135,7 +132,13 @@ fn keep_shown_secrets(catalog: &mut serde_json::Value, stored: &serde_json::Valu
 /// Checks a poll interval in milliseconds.
 pub fn validate_poll_interval(ms: u64) -> Result<Duration, ApiError> {
     let (min, max) = (MIN_POLL.as_millis() as u64, MAX_POLL.as_millis() as u64);
-    limits::check("invalid_poll_interval", "poll_interval_ms", ms, min, max)?;
+    limits::check(
+        ProblemCode::InvalidPollInterval,
+        "poll_interval_ms",
+        ms,
+        min,
+        max,
+    )?;
     Ok(Duration::from_millis(ms))
 }
 
@@ -154,7 +157,7 @@ pub fn validate_retention(r: Retention) -> Result<Retention, ApiError> {
     for (name, value, max) in bounds {
         if let Some(value) = value {
             let field = format!("retention.{name}");
-            limits::check("invalid_retention", &field, value, 1, max)?;
+            limits::check(ProblemCode::InvalidRetention, &field, value, 1, max)?;
         }
     }
     Ok(r)
@@ -177,8 +180,7 @@ fn resolve_identifier_columns(
         Some(columns) => {
             if let Some(unknown) = columns.iter().find(|c| !top_level.contains(&c.as_str())) {
                 return Err(ApiError::new(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "unknown_identifier_column",
+                    ProblemCode::UnknownIdentifierColumn,
                     format!(
                         "identifier column {unknown:?} is not a top-level column of the table; \
                          its columns are: {}",
@@ -191,8 +193,8 @@ fn resolve_identifier_columns(
             unique.sort();
             unique.dedup();
             if unique.len() != columns.len() {
-                return Err(ApiError::bad_request(
-                    "duplicate_identifier_column",
+                return Err(ApiError::new(
+                    ProblemCode::DuplicateIdentifierColumn,
                     "identifier_columns names a column twice",
                 ));
             }
@@ -223,8 +225,7 @@ fn resolve_start(
                 .unwrap_or(false);
             if !on_branch {
                 return Err(ApiError::new(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "unknown_snapshot",
+                    ProblemCode::UnknownSnapshot,
                     format!(
                         "snapshot {snapshot_id} is not in the table's retained history of the branch"
                     ),
