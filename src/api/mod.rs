@@ -349,7 +349,13 @@ pub fn router(state: AppState) -> Router {
         .route_layer(axum::middleware::from_fn_with_state(
             state.clone(),
             admission::admit,
-        ))
+        ));
+    // Outside authentication and admission, so that their answers are checked too.
+    #[cfg(debug_assertions)]
+    let router = router.route_layer(axum::middleware::from_fn(
+        problem::check::answers_as_documented,
+    ));
+    let router = router
         .route(
             "/openapi.json",
             get(move || {

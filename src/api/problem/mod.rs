@@ -1,12 +1,14 @@
 //! Every problem code the API answers, defined once: its stable string, HTTP status,
 //! title and the phrase that documents it. [`super::error::ApiError`] takes a
 //! [`ProblemCode`], each operation lists the codes it answers with [`problems!`] (its
-//! OpenAPI responses are built from that list).
+//! OpenAPI responses are built from that list), and [`check`] holds the answers of a
+//! debug build to those lists.
 //!
 //! A code's string never changes once released; clients match on it. A string may name
 //! two variants when it answers with two statuses (`invalid_request_body` is 400 for a
 //! body that is not JSON and 422 for JSON of the wrong shape).
 
+pub mod check;
 pub mod docs;
 
 use axum::http::StatusCode;
@@ -243,7 +245,8 @@ pub const PUSH_ONLY: &[ProblemCode] = &[NotAPushSubscription];
 
 /// The problem responses of one operation, for its `#[utoipa::path(responses(...))]`:
 /// `problems!(Name = [GROUP, &[ProblemCode::A, ...], ...]);` defines `Name`, whose
-/// responses are the listed codes grouped by status.
+/// responses are the listed codes grouped by status. A handler that answers a code its
+/// operation does not list fails the integration tests (see [`check`]).
 macro_rules! problems {
     ($(#[$doc:meta])* $name:ident = [$($codes:expr),* $(,)?];) => {
         $(#[$doc])*
