@@ -3,7 +3,10 @@
 //! never by a string of their own, and `/metrics` describes each one. Depends on nothing
 //! in the crate.
 //!
-//! Names: `icefeed_<area>_<what>`, counters ending in `_total`, times in `_seconds`.
+//! Names: `icefeed_<area>_<what>`, then the unit where it is one (`_seconds`, `_bytes`;
+//! counts of a kind of thing name it, as in `_lag_snapshots`), counters ending in
+//! `_total`. Every metric has a unit ([`metrics::Unit::Count`] for counts), given to
+//! the recorder with its description.
 
 /// What a metric is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,35 +19,41 @@ pub enum Kind {
 /// One metric.
 #[derive(Clone, Copy, Debug)]
 pub struct Metric {
+    /// Its name in `/metrics`.
     pub name: &'static str,
+    /// Counter, gauge or histogram.
     pub kind: Kind,
-    pub unit: Option<metrics::Unit>,
+    /// What one of its values counts or measures.
+    pub unit: metrics::Unit,
+    /// Its `# HELP` line.
     pub help: &'static str,
 }
 
-const fn counter(name: &'static str, help: &'static str) -> Metric {
+use metrics::Unit::{Bytes, Count, Seconds};
+
+const fn counter(name: &'static str, unit: metrics::Unit, help: &'static str) -> Metric {
     Metric {
         name,
         kind: Kind::Counter,
-        unit: None,
+        unit,
         help,
     }
 }
 
-const fn gauge(name: &'static str, help: &'static str) -> Metric {
+const fn gauge(name: &'static str, unit: metrics::Unit, help: &'static str) -> Metric {
     Metric {
         name,
         kind: Kind::Gauge,
-        unit: None,
+        unit,
         help,
     }
 }
 
-const fn seconds(name: &'static str, help: &'static str) -> Metric {
+const fn histogram(name: &'static str, unit: metrics::Unit, help: &'static str) -> Metric {
     Metric {
         name,
         kind: Kind::Histogram,
-        unit: Some(metrics::Unit::Seconds),
+        unit,
         help,
     }
 }
@@ -52,96 +61,114 @@ const fn seconds(name: &'static str, help: &'static str) -> Metric {
 // The scheduler and its tasks.
 pub const ROWS_PUBLISHED: Metric = counter(
     "icefeed_scheduler_rows_published_total",
+    Count,
     "Change events published",
 );
 pub const CHANGE_SETS_PUBLISHED: Metric = counter(
     "icefeed_scheduler_change_sets_published_total",
+    Count,
     "Change sets published",
 );
 pub const POLL_ERRORS: Metric = counter(
     "icefeed_scheduler_poll_errors_total",
+    Count,
     "Failed polls, by table",
 );
-pub const TABLE_SNAPSHOTS_BEHIND: Metric = gauge(
-    "icefeed_table_snapshots_behind",
+pub const TABLE_LAG_SNAPSHOTS: Metric = gauge(
+    "icefeed_table_lag_snapshots",
+    Count,
     "Snapshots committed but not yet published",
 );
-pub const TABLE_SECONDS_BEHIND: Metric = gauge(
-    "icefeed_table_seconds_behind",
+pub const TABLE_LAG_SECONDS: Metric = gauge(
+    "icefeed_table_lag_seconds",
+    Seconds,
     "Age of the oldest unpublished snapshot",
 );
 pub const CHANGE_SETS_PRUNED: Metric = counter(
     "icefeed_change_sets_pruned_total",
+    Count,
     "Change sets removed by retention",
 );
 pub const TASK_FAILURES: Metric = counter(
     "icefeed_task_failures_total",
+    Count,
     "Shuffle task attempts that failed, by kind (map, reduce)",
 );
-pub const TASK_DURATION: Metric = seconds(
+pub const TASK_DURATION: Metric = histogram(
     "icefeed_task_duration_seconds",
+    Seconds,
     "Time a shuffle task attempt ran, by kind",
 );
 pub const SPILLED_PARTITIONS: Metric = counter(
     "icefeed_shuffle_spilled_partitions_total",
+    Count,
     "Spill partitions of map tasks whose input exceeded scheduler.map_memory_bytes",
 );
-pub const INSERT_BYTES_COPIED: Metric = Metric {
-    unit: Some(metrics::Unit::Bytes),
-    ..counter(
-        "icefeed_insert_bytes_copied_total",
-        "Bytes of data files copied into insert segments, by who moved them: the S3 server \
-         (the change store is the table's bucket) or the node",
-    )
-};
+pub const INSERT_BYTES_COPIED: Metric = counter(
+    "icefeed_insert_bytes_copied_total",
+    Bytes,
+    "Bytes of data files copied into insert segments, by who moved them: the S3 server \
+     (the change store is the table's bucket) or the node",
+);
 pub const RESURRECTED_ROWS: Metric = counter(
     "icefeed_resurrected_rows_total",
+    Count,
     "Rows snapshots brought back by dropping deletes without replacing them (published as \
      inserts; a metadata edit, not an engine's commit)",
 );
 pub const DELETE_ANOMALIES: Metric = counter(
     "icefeed_delete_anomalies_total",
+    Count,
     "Positions of position deletes at or past their data file's row count (they delete \
      nothing)",
 );
 pub const EQUALITY_KEY_SPLITS: Metric = counter(
     "icefeed_equality_key_splits_total",
+    Count,
     "Times the keys of equality delete files passed the memory budget and were split into \
      one more share, each applied in a pass of its own",
 );
 pub const SERVICE_RESTARTS: Metric = counter(
     "icefeed_service_restarts_total",
+    Count,
     "Background services (labelled `service`) started again after they panicked or returned",
 );
 
 // The API and delivery.
 pub const HTTP_REQUESTS: Metric = counter(
     "icefeed_http_requests_total",
+    Count,
     "HTTP requests answered, by method, route template and status",
 );
-pub const HTTP_REQUEST_DURATION: Metric = seconds(
+pub const HTTP_REQUEST_DURATION: Metric = histogram(
     "icefeed_http_request_duration_seconds",
+    Seconds,
     "Time from a request to the head of its answer, by method, route template and status",
 );
 pub const HTTP_REQUESTS_SHED: Metric = counter(
     "icefeed_http_requests_shed_total",
+    Count,
     "Requests answered at once because a limits.* limit was reached: `overloaded` (503, the \
      node's) or `client_limit` (429, one client's streams and long polls)",
 );
 pub const HTTP_WAITING_REQUESTS: Metric = gauge(
     "icefeed_http_waiting_requests",
+    Count,
     "Event streams and waiting long polls open on this node",
 );
 pub const OPEN_STREAMS: Metric = gauge(
     "icefeed_delivery_open_streams",
+    Count,
     "Server-sent event streams open on this node",
 );
 pub const EVENTS_STREAMED: Metric = counter(
     "icefeed_delivery_events_streamed_total",
+    Count,
     "Change events sent over server-sent event streams",
 );
 pub const EVENTS_RENDERED: Metric = counter(
     "icefeed_delivery_events_rendered_total",
+    Count,
     "Change events rendered as JSON for pages and streams; consumers reading the same \
      events share one rendering, so this grows slower than the events they are sent",
 );
@@ -149,47 +176,58 @@ pub const EVENTS_RENDERED: Metric = counter(
 // Subscriptions.
 pub const PULL_LAG_EVENTS: Metric = gauge(
     "icefeed_subscription_lag_events",
+    Count,
     "Published events a pull subscription has not acknowledged; set by one node",
 );
 pub const PULL_LAG_SNAPSHOTS: Metric = gauge(
     "icefeed_subscription_lag_snapshots",
+    Count,
     "Snapshots a pull subscription has not acknowledged, published or not",
 );
 pub const PULL_LAG_SECONDS: Metric = gauge(
     "icefeed_subscription_lag_seconds",
+    Seconds,
     "Age of the oldest change a pull subscription has not acknowledged",
 );
 pub const PUSH_STATE: Metric = gauge(
     "icefeed_push_state",
+    Count,
     "1 for a push subscription's state (running, backing_off, paused, failed), 0 for the \
      others; set by the node pushing it",
 );
 pub const PUSH_LAG_EVENTS: Metric = gauge(
     "icefeed_push_lag_events",
+    Count,
     "Published events a push subscription has not pushed",
 );
 pub const PUSH_LAG_SNAPSHOTS: Metric = gauge(
     "icefeed_push_lag_snapshots",
+    Count,
     "Snapshots a push subscription has not pushed, published or not",
 );
 pub const PUSH_LAG_SECONDS: Metric = gauge(
     "icefeed_push_lag_seconds",
+    Seconds,
     "Age of the oldest change a push subscription has not pushed",
 );
 pub const PUSH_DOCUMENTS_INDEXED: Metric = counter(
     "icefeed_push_documents_indexed_total",
+    Count,
     "Documents a push subscription indexed",
 );
 pub const PUSH_DOCUMENTS_DELETED: Metric = counter(
     "icefeed_push_documents_deleted_total",
+    Count,
     "Documents a push subscription deleted",
 );
 pub const PUSH_DOCUMENTS_SKIPPED: Metric = counter(
     "icefeed_push_documents_skipped_total",
+    Count,
     "Documents a push subscription skipped as older than the index's",
 );
 pub const PUSH_DOCUMENTS_REJECTED: Metric = counter(
     "icefeed_push_documents_rejected_total",
+    Count,
     "Documents a push subscription refused and kept as dead letters",
 );
 
@@ -198,8 +236,8 @@ pub const ALL: &[Metric] = &[
     ROWS_PUBLISHED,
     CHANGE_SETS_PUBLISHED,
     POLL_ERRORS,
-    TABLE_SNAPSHOTS_BEHIND,
-    TABLE_SECONDS_BEHIND,
+    TABLE_LAG_SNAPSHOTS,
+    TABLE_LAG_SECONDS,
     CHANGE_SETS_PRUNED,
     TASK_FAILURES,
     TASK_DURATION,
@@ -233,13 +271,11 @@ pub const ALL: &[Metric] = &[
 pub fn describe_all() {
     for m in ALL {
         let help = m.help;
-        match (m.kind, m.unit) {
-            (Kind::Counter, Some(unit)) => metrics::describe_counter!(m.name, unit, help),
-            (Kind::Counter, None) => metrics::describe_counter!(m.name, help),
-            (Kind::Gauge, Some(unit)) => metrics::describe_gauge!(m.name, unit, help),
-            (Kind::Gauge, None) => metrics::describe_gauge!(m.name, help),
-            (Kind::Histogram, Some(unit)) => metrics::describe_histogram!(m.name, unit, help),
-            (Kind::Histogram, None) => metrics::describe_histogram!(m.name, help),
+        let unit = m.unit;
+        match m.kind {
+            Kind::Counter => metrics::describe_counter!(m.name, unit, help),
+            Kind::Gauge => metrics::describe_gauge!(m.name, unit, help),
+            Kind::Histogram => metrics::describe_histogram!(m.name, unit, help),
         }
     }
 }
@@ -268,10 +304,43 @@ mod tests {
                 "{}: counters and only counters end in _total",
                 m.name
             );
-            if m.unit == Some(metrics::Unit::Seconds) {
-                assert!(m.name.ends_with("_seconds"), "{}", m.name);
+            let bare = rest.strip_suffix("_total").unwrap_or(rest);
+            match m.unit {
+                Seconds => assert!(bare.ends_with("_seconds"), "{}: in seconds", m.name),
+                Bytes => assert!(bare.contains("_bytes"), "{}: in bytes", m.name),
+                Count => assert!(
+                    !bare.ends_with("_seconds") && !bare.contains("_bytes"),
+                    "{}: a count",
+                    m.name
+                ),
+                other => panic!("{}: unit {other:?} has no naming rule", m.name),
             }
             assert!(!m.help.is_empty(), "{}", m.name);
+        }
+    }
+
+    /// `/metrics` describes every metric (`# HELP`) once it has a value.
+    #[test]
+    fn every_metric_is_described_in_the_exposition() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            describe_all();
+            for m in ALL {
+                match m.kind {
+                    Kind::Counter => metrics::counter!(m.name).increment(1),
+                    Kind::Gauge => metrics::gauge!(m.name).set(1.0),
+                    Kind::Histogram => metrics::histogram!(m.name).record(1.0),
+                }
+            }
+        });
+        let text = handle.render();
+        for m in ALL {
+            assert!(
+                text.contains(&format!("# HELP {} {}\n", m.name, m.help)),
+                "{}",
+                m.name
+            );
         }
     }
 

@@ -151,9 +151,9 @@ impl Scheduler {
                     .oldest_pending_committed_at
                     .map(|t| (chrono::Utc::now() - t).num_milliseconds() as f64 / 1000.0)
                     .unwrap_or(0.0);
-                metrics::gauge!(metric::TABLE_SNAPSHOTS_BEHIND.name, &labels)
+                metrics::gauge!(metric::TABLE_LAG_SNAPSHOTS.name, &labels)
                     .set(outcome.snapshots_behind as f64);
-                metrics::gauge!(metric::TABLE_SECONDS_BEHIND.name, &labels).set(behind);
+                metrics::gauge!(metric::TABLE_LAG_SECONDS.name, &labels).set(behind);
                 if let Err(e) = self.store.record_poll(table.id, &lease, &outcome).await {
                     tracing::debug!(error = %e, "could not record poll");
                 }

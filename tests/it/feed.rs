@@ -242,6 +242,18 @@ async fn pause_resume_delete_and_operations_endpoints() {
     assert!(table_reads.is_some(), "{metrics}");
     assert!(!metrics.contains(&format!("route=\"/v1/tables/{id}\"")));
     assert!(metrics.contains("# HELP icefeed_http_request_duration_seconds"));
+    // Every metric the node exposes is described.
+    for line in metrics.lines() {
+        if let Some(name) = line
+            .strip_prefix("# TYPE ")
+            .and_then(|t| t.split(' ').next())
+        {
+            assert!(
+                metrics.contains(&format!("# HELP {name} ")),
+                "{name} has no HELP line"
+            );
+        }
+    }
 
     let (_, list) = node.get("/v1/tables").await;
     assert_eq!(list["tables"].as_array().unwrap().len(), 1);
