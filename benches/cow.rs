@@ -63,9 +63,9 @@ use crate::harness::{per_second, short};
 use crate::net::{Net, PAGE_LIMIT, Read};
 use crate::scenario::{Feed, task_seconds, tasks_between};
 use clap::Parser;
-use icefeed::demo::rewrite::live_data_files;
-use icefeed::demo::taxi::TaxiGenerator;
-use icefeed::demo::writer::{self, AppendOptions};
+use icefeed_testkit::rewrite::live_data_files;
+use icefeed_testkit::taxi::TaxiGenerator;
+use icefeed_testkit::writer::{self, AppendOptions};
 use serde_json::{Value, json};
 
 /// Arguments after `--` of `cargo bench --bench cow`.

@@ -76,7 +76,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Parser;
 use iceberg::spec::{DataContentType, DataFileFormat};
-use icefeed::demo::rewrite::live_data_files;
+use icefeed_testkit::rewrite::live_data_files;
 use serde_json::{Value, json};
 
 use crate::cdc::{
@@ -560,7 +560,7 @@ async fn export_without_deletes(
 ) -> anyhow::Result<Outcome> {
     let dir = scratch_dir(source, "morn")?;
     copy_table(source, &dir).await?;
-    let catalog = icefeed::demo::writer::open_sql_catalog(&dir, generate::CATALOG_NAME).await?;
+    let catalog = icefeed_testkit::writer::open_sql_catalog(&dir, generate::CATALOG_NAME).await?;
     let ident = iceberg::TableIdent::from_strs([generate::NAMESPACE, generate::TABLE])?;
     let table = iceberg::Catalog::load_table(&catalog, &ident).await?;
     // The copy lists its files in the source's order: the plan picks the same rows.

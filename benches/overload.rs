@@ -71,7 +71,7 @@ async fn run(args: &Args, admin_url: &str) -> anyhow::Result<()> {
     let dir = tempfile::Builder::new()
         .prefix("icefeed-bench-overload")
         .tempdir()?;
-    let demo = icefeed::demo::init(dir.path()).await?;
+    let demo = icefeed_testkit::demo::init(dir.path()).await?;
     with_node(admin_url, async |node| {
         let http = reqwest::Client::new();
         let table = register(&http, &node.base, &demo.registration_json()).await?;

@@ -47,8 +47,8 @@ use clap::Parser;
 use icefeed::api::pages::{MORE_HEADER, NEXT_CURSOR_HEADER};
 use icefeed::delivery::opensearch::{OpenSearchClient, PushTarget, encode, split};
 use icefeed::delivery::push::items_for_event;
-use icefeed::demo::rewrite::live_data_files;
 use icefeed::store::{SourceTable, Store, TableId};
+use icefeed_testkit::rewrite::live_data_files;
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use serde_json::{Value, json};
 

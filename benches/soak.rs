@@ -65,8 +65,8 @@ use iceberg::spec::{
 };
 use iceberg::table::Table;
 use iceberg::{Catalog, TableIdent};
-use icefeed::demo::rewrite;
-use icefeed::demo::writer::{self, AppendOptions};
+use icefeed_testkit::rewrite;
+use icefeed_testkit::writer::{self, AppendOptions};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};

@@ -8,7 +8,7 @@
 # a GCS API server via scripts/fake-gcs.sh, an Azure Blob emulator via scripts/azurite.sh,
 # schemathesis via scripts/schemathesis.sh, Chromium and the npm packages of tests/node
 # via scripts/node-tools.sh, pyspark, the Iceberg Spark runtime jar and iceberg-aws-bundle via scripts/spark.sh), then
-# runs `cargo test --locked "$@"`.
+# runs `cargo test --locked --workspace "$@"` (the service and the test kit).
 #
 # Environment:
 #   ICEFEED_TEST_DATABASE_URL  set it to test against another server (skips postgres.sh)
@@ -110,4 +110,4 @@ echo "test.sh: spark    $ICEFEED_TEST_SPARK_JAR" >&2
 echo "test.sh: spark s3 $ICEFEED_TEST_SPARK_AWS_BUNDLE" >&2
 echo "test.sh: target   $CARGO_TARGET_DIR" >&2
 
-exec cargo test --locked "$@"
+exec cargo test --locked --workspace "$@"

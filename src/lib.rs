@@ -9,7 +9,6 @@ pub mod changes;
 pub mod cli;
 pub mod config;
 pub mod delivery;
-pub mod demo;
 pub mod failure;
 pub mod ids;
 pub mod int64;

@@ -138,14 +138,14 @@ async fn main() -> anyhow::Result<()> {
             node.wait().await?;
         }
         Command::Demo(DemoCommand::Init { dir }) => {
-            let demo = icefeed::demo::init(&dir).await?;
+            let demo = icefeed_testkit::demo::init(&dir).await?;
             println!(
                 "{}",
                 serde_json::to_string_pretty(&demo.registration_json())?
             );
         }
         Command::Demo(DemoCommand::Append { dir, rows }) => {
-            let snapshot = icefeed::demo::append(&dir, rows).await?;
+            let snapshot = icefeed_testkit::demo::append(&dir, rows).await?;
             println!("{snapshot}");
         }
         Command::Tables { remote, command } => exit_on_error(cli::tables(&remote, command).await),

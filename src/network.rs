@@ -77,7 +77,7 @@ pub fn without_credentials(url: &Url) -> String {
 }
 
 impl HostPolicy {
-    /// Every host: for the demo writers and the benchmarks.
+    /// Every host: for tests and the benchmarks.
     pub fn unrestricted() -> Self {
         Self {
             inner: Arc::new(Allowed {

@@ -14,8 +14,8 @@ use futures::{StreamExt, TryStreamExt};
 use iceberg::Catalog;
 use iceberg::spec::{DataFile, Literal, PrimitiveLiteral};
 use iceberg::table::Table;
-use icefeed::demo::rewrite::{read_data_file, rewrite_with};
-use icefeed::demo::writer::AppendOptions;
+use icefeed_testkit::rewrite::{read_data_file, rewrite_with};
+use icefeed_testkit::writer::AppendOptions;
 use reqwest::StatusCode;
 use serde_json::Value;
 use sqlx::Connection;
@@ -240,7 +240,7 @@ pub async fn register_and_wait(
     registration: &Value,
 ) -> anyhow::Result<Registered> {
     let catalog =
-        icefeed::demo::writer::open_sql_catalog(dir, super::generate::CATALOG_NAME).await?;
+        icefeed_testkit::writer::open_sql_catalog(dir, super::generate::CATALOG_NAME).await?;
     let name = registration["table"].as_str().context("table name")?;
     let ident = iceberg::TableIdent::from_strs(name.split('.'))?;
     let table = iceberg::Catalog::load_table(&catalog, &ident).await?;

@@ -12,8 +12,8 @@ use arrow::datatypes::TimestampMicrosecondType;
 use iceberg::spec::{ManifestContentType, ManifestList};
 use iceberg::table::Table;
 use iceberg::{Catalog, TableIdent};
-use icefeed::demo::taxi::{self, TaxiGenerator};
-use icefeed::demo::writer::{self, AppendOptions};
+use icefeed_testkit::taxi::{self, TaxiGenerator};
+use icefeed_testkit::writer::{self, AppendOptions};
 use serde_json::json;
 
 /// Catalog name, namespace and table of the benchmark table.

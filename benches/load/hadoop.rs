@@ -105,7 +105,7 @@ impl HadoopTable {
     /// current metadata file `v1.metadata.json` of a Hadoop catalog.
     pub async fn copy(source: &Path, dest: &Path) -> anyhow::Result<Self> {
         copy_table(source, dest).await?;
-        let catalog = icefeed::demo::writer::open_sql_catalog(dest, CATALOG_NAME).await?;
+        let catalog = icefeed_testkit::writer::open_sql_catalog(dest, CATALOG_NAME).await?;
         let ident = TableIdent::from_strs([NAMESPACE, TABLE])?;
         let table = iceberg::Catalog::load_table(&catalog, &ident).await?;
         let current = table

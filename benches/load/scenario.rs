@@ -10,7 +10,7 @@ use anyhow::{Context, bail};
 use iceberg::Catalog;
 use iceberg::spec::DataFile;
 use iceberg::table::Table;
-use icefeed::demo::rewrite::live_data_files;
+use icefeed_testkit::rewrite::live_data_files;
 use serde::Deserialize;
 
 use crate::cdc::{Kind, Planned, commit_plan, local_path, metrics_text, wait_checkpoint_since};

@@ -383,8 +383,8 @@ fn read_exact_at(file: &File, buffer: &mut [u8], offset: u64) -> std::io::Result
     Ok(())
 }
 
-/// A local file being written (the demo writer and tests write tables through this
-/// storage), each part written on the blocking pool.
+/// A local file being written (the storage trait asks for writing; the service only
+/// reads table files), each part written on the blocking pool.
 struct LocalFileWrite {
     file: Option<File>,
     path: PathBuf,
@@ -428,7 +428,7 @@ impl FileWrite for LocalFileWrite {
 }
 
 /// The local directories whose files tables may be read from (`catalog.local_paths`):
-/// everything when unrestricted (the writers of the demo and the tests), else only files
+/// everything when unrestricted (unit tests), else only files
 /// below the listed directories, after `..` and symbolic links are resolved. Any local
 /// path a catalog names, table metadata included, is checked, so a catalog cannot point
 /// the node at other files on its disk.
@@ -446,7 +446,7 @@ impl Default for LocalPaths {
 }
 
 impl LocalPaths {
-    /// Every local path (for writers; a serving node takes its configuration's list).
+    /// Every local path (tests; a serving node takes its configuration's list).
     pub fn unrestricted() -> Self {
         Self { allowed: None }
     }

@@ -15,7 +15,7 @@ use iceberg::table::Table;
 use iceberg::{CatalogBuilder, TableIdent};
 use iceberg_catalog_rest::RestCatalogBuilder;
 use iceberg_catalog_sql::SqlCatalogBuilder;
-use icefeed::demo::writer::{self, AppendOptions};
+use icefeed_testkit::writer::{self, AppendOptions};
 use serde_json::{Value, json};
 
 use crate::fixtures::{order_json, orders, orders_schema};

@@ -163,7 +163,7 @@ async fn copies_a_large_data_file_in_parts(store: ChangeStore) {
     let wh = Warehouse::new().await;
     let created = wh.create("shop.orders", orders_schema(), None).await;
     let table = wh.append(&created, &[batch]).await;
-    let files = icefeed::demo::rewrite::live_data_files(&table)
+    let files = icefeed_testkit::rewrite::live_data_files(&table)
         .await
         .unwrap();
     assert_eq!(files.len(), 1);
@@ -207,7 +207,7 @@ async fn data_files_in_the_change_stores_bucket_are_copied_by_the_s3_server() {
     let created = wh.create("shop.orders", orders_schema(), None).await;
     let (batch, names) = orders_with_random_names(3_000, 17);
     let table = wh.append(&created, &[batch]).await;
-    let files = icefeed::demo::rewrite::live_data_files(&table)
+    let files = icefeed_testkit::rewrite::live_data_files(&table)
         .await
         .unwrap();
     assert_eq!(files.len(), 1);

@@ -66,7 +66,7 @@ fn fixed_metadata(location: &Path) -> Value {
 
 /// The newest metadata file of `shop.orders` in a [`Warehouse`].
 fn newest_metadata(wh: &Warehouse) -> PathBuf {
-    let (_, warehouse) = icefeed::demo::writer::catalog_paths(wh.dir.path()).unwrap();
+    let (_, warehouse) = icefeed_testkit::writer::catalog_paths(wh.dir.path()).unwrap();
     let dir = warehouse.join("shop/orders/metadata");
     let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
@@ -157,7 +157,7 @@ async fn a_metadata_file_turned_pipe_fails_its_table_and_others_flow() {
     let other = wh.create("shop.other", orders_schema(), None).await;
     let other = wh.append(&other, &[orders(1..=2)]).await;
     let (node, _store) = Node::start_fresh().await;
-    let (_, warehouse) = icefeed::demo::writer::catalog_paths(wh.dir.path()).unwrap();
+    let (_, warehouse) = icefeed_testkit::writer::catalog_paths(wh.dir.path()).unwrap();
     let piped = node
         .register(&json!({
             "catalog": {"type": "filesystem", "warehouse": warehouse.display().to_string()},

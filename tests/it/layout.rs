@@ -1,7 +1,7 @@
 //! The shape of the source tree: modules import each other without cycles (at the top
-//! level of `src/` and one level below), and no source file grows past 800 lines. Read
-//! from the files themselves: `crate::a::b` and `super::b` in code outside comments and
-//! unit tests.
+//! level of `src/` and one level below), no source file grows past 800 lines (the test
+//! kit's neither), and the library never names the test kit. Read from the files
+//! themselves: `crate::a::b` and `super::b` in code outside comments and unit tests.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -87,18 +87,31 @@ fn find_cycle(edges: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
         .find_map(|node| visit(node, edges, &mut Vec::new(), &mut done))
 }
 
+/// The `src/` folders of the workspace's crates: the service's, then the test kit's.
+fn crate_sources() -> [PathBuf; 2] {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    [root.join("src"), root.join("crates/icefeed-testkit/src")]
+}
+
 #[test]
 fn modules_import_each_other_without_cycles_and_files_stay_small() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let [src, kit] = crate_sources();
     let mut files = Vec::new();
     source_files(&src, &mut files);
+    let mut kit_files = Vec::new();
+    source_files(&kit, &mut kit_files);
+    let mut long: Vec<String> = kit_files
+        .iter()
+        .map(|file| (file, std::fs::read_to_string(file).unwrap().lines().count()))
+        .filter(|(_, lines)| *lines > MAX_LINES)
+        .map(|(file, lines)| format!("{} ({lines} lines)", file.display()))
+        .collect();
     let is_module = |parts: &[&str]| {
         let path = src.join(parts.join("/"));
         path.is_dir() || path.with_extension("rs").is_file()
     };
     let (mut top, mut nested): (BTreeMap<_, BTreeSet<_>>, BTreeMap<_, BTreeSet<_>>) =
         Default::default();
-    let mut long = Vec::new();
     for file in &files {
         let text = std::fs::read_to_string(file).unwrap();
         let relative = file.strip_prefix(&src).unwrap();
@@ -152,4 +165,23 @@ fn modules_import_each_other_without_cycles_and_files_stay_small() {
         "modules import each other in a cycle"
     );
     assert!(long.is_empty(), "files over {MAX_LINES} lines: {long:?}");
+}
+
+/// The test kit (table writers for the demo, the tests and the benchmarks) is a
+/// dependency of the package only for the binary's `icefeed demo`: the service library
+/// never uses it, so fixture code stays out of the product.
+#[test]
+fn the_library_never_names_the_test_kit() {
+    let [src, _] = crate_sources();
+    let mut files = Vec::new();
+    source_files(&src, &mut files);
+    let naming: Vec<_> = files
+        .iter()
+        .filter(|f| **f != src.join("main.rs"))
+        .filter(|f| code(&std::fs::read_to_string(f).unwrap()).contains("icefeed_testkit"))
+        .collect();
+    assert!(
+        naming.is_empty(),
+        "library files naming the test kit: {naming:?}"
+    );
 }

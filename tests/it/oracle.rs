@@ -23,8 +23,8 @@ use iceberg::spec::{
     DataFile, NestedField, PrimitiveType, Schema, Transform, Type, UnboundPartitionSpec,
 };
 use iceberg::table::Table;
-use icefeed::demo::rewrite;
-use icefeed::demo::writer::{self, AppendOptions};
+use icefeed_testkit::rewrite;
+use icefeed_testkit::writer::{self, AppendOptions};
 use rand::rngs::StdRng;
 use rand::seq::{IndexedRandom, SliceRandom};
 use rand::{Rng, SeedableRng};

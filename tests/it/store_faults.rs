@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use iceberg::table::Table;
-use icefeed::demo::writer::{self, AppendOptions};
+use icefeed_testkit::writer::{self, AppendOptions};
 use serde_json::{Value, json};
 
 use crate::fault_proxy::{Fault, FaultProxy, Writes};

@@ -1,5 +1,6 @@
 //! A table shaped like the NYC Yellow Taxi 2023 data, with synthetic rows, so the demo and
 //! the benchmark exercise realistic column types, nulls and day partitions without a download.
+//! Must not reach: the rest of the crate (schema and rows only, no I/O).
 
 use std::sync::Arc;
 

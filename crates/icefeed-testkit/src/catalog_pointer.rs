@@ -1,13 +1,14 @@
 //! The compare-and-swap of a table's metadata pointer in the SQLite catalog that
 //! [`writer::open_sql_catalog`] lays out, as `SqlCatalog::update_table` runs it: how
-//! [`super::rewrite`] commits the snapshots it writes by hand.
+//! [`crate::rewrite`] commits the snapshots it writes by hand.
+//! Must not reach: `crate::rewrite` (it moves the pointer; the snapshot is written there).
 
 use std::path::{Path, PathBuf};
 
 use iceberg::{Error, ErrorKind, TableIdent};
 use sqlx::Connection;
 
-use super::writer;
+use crate::writer;
 
 /// The `catalog.db` of the [`writer::open_sql_catalog`] layout whose warehouse holds
 /// `table_location`, or of the catalog [`writer::open_sql_catalog_at`] opened on the
@@ -40,7 +41,7 @@ fn sqlite_catalog_for(table_location: &str) -> iceberg::Result<PathBuf> {
 
 /// Points the table's catalog row at `new` if it still points at `current`, as
 /// `SqlCatalog::update_table` does.
-pub(super) async fn swap(
+pub(crate) async fn swap(
     ident: &TableIdent,
     table_location: &str,
     current: &str,

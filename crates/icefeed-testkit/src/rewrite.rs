@@ -2,6 +2,7 @@
 //! removes data files and adds others (`overwrite`, `delete`, `replace`), as Spark or
 //! pyiceberg write them, so tests can produce the snapshots icefeed must turn into
 //! updates, deletes and carried-over rows.
+//! Must not reach: [`crate::demo`].
 //!
 //! The iceberg crate (0.10.1) has no action for this: `Transaction` only offers
 //! `fast_append` among the snapshot-producing actions, its `TransactionAction` trait is
@@ -15,8 +16,8 @@
 use std::collections::HashMap;
 use std::str::FromStr;
 
-use super::catalog_pointer;
-use super::writer::{self, AppendOptions};
+use crate::catalog_pointer;
+use crate::writer::{self, AppendOptions};
 use arrow::array::RecordBatch;
 use futures::TryStreamExt;
 use iceberg::spec::{

@@ -1,10 +1,6 @@
-//! A small demo table written by a real Iceberg writer (the iceberg crate), and the
-//! writer utilities that the demo, the tests and the benchmark harness share.
-
-mod catalog_pointer;
-pub mod rewrite;
-pub mod taxi;
-pub mod writer;
+//! The demo table `demo.trips` of `icefeed demo` and the quickstart: created with three
+//! appends of taxi rows, appended to on demand, and the body that registers it.
+//! Must not reach: `crate::rewrite` (the demo only appends).
 
 use std::path::{Path, PathBuf};
 
@@ -17,8 +13,8 @@ use iceberg::table::Table;
 use iceberg::{Catalog, TableIdent};
 use serde_json::json;
 
-use self::taxi::TaxiGenerator;
-use self::writer::AppendOptions;
+use crate::taxi::{self, TaxiGenerator};
+use crate::writer::{self, AppendOptions};
 
 const CATALOG_NAME: &str = "demo";
 const NAMESPACE: &str = "demo";

@@ -1,5 +1,6 @@
 //! Writes real Iceberg tables with the iceberg crate's own writers, so the demo, the
 //! integration tests and the benchmark read files exactly as another engine would see them.
+//! Must not reach: [`crate::rewrite`] and [`crate::demo`], which build on it.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -9,6 +10,7 @@ use arrow::array::RecordBatch;
 use arrow::compute::concat_batches;
 use futures::{StreamExt, TryStreamExt};
 use iceberg::arrow::RecordBatchPartitionSplitter;
+use iceberg::io::{LocalFsStorageFactory, StorageFactory};
 use iceberg::spec::{DataFile, DataFileFormat, PartitionKey, Schema, Struct, UnboundPartitionSpec};
 use iceberg::table::Table;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
@@ -26,9 +28,8 @@ use iceberg_catalog_sql::{
     SQL_CATALOG_PROP_BIND_STYLE, SQL_CATALOG_PROP_URI, SQL_CATALOG_PROP_WAREHOUSE, SqlBindStyle,
     SqlCatalog, SqlCatalogBuilder,
 };
+use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 use parquet::basic::{Compression, ZstdLevel};
-
-use crate::catalog::{LocalPaths, TableStorageFactory};
 use parquet::file::properties::WriterProperties;
 
 /// Tunables for [`append`]; the default writes one file per partition.
@@ -59,10 +60,17 @@ pub async fn open_sql_catalog_at(
     file_io: &HashMap<String, String>,
 ) -> iceberg::Result<SqlCatalog> {
     let (db, _) = catalog_paths(dir)?;
-    if warehouse.contains("://") && !warehouse.starts_with("file:") {
+    let remote = warehouse.contains("://") && !warehouse.starts_with("file:");
+    if remote {
         let mut known = REMOTE_WAREHOUSES.lock().expect("remote warehouses");
         known.push((format!("{}/", warehouse.trim_end_matches('/')), db.clone()));
     }
+    // A table's files lie below its catalog's warehouse, so one storage serves them all.
+    let storage: Arc<dyn StorageFactory> = if remote {
+        Arc::new(OpenDalResolvingStorageFactory::new())
+    } else {
+        Arc::new(LocalFsStorageFactory)
+    };
     // An empty file is a valid sqlite database; creating it here keeps the URI free of
     // sqlx-only options (`?mode=rwc`) so the same string works for other clients.
     std::fs::OpenOptions::new()
@@ -87,9 +95,7 @@ pub async fn open_sql_catalog_at(
         ),
     ]);
     SqlCatalogBuilder::default()
-        .with_storage_factory(Arc::new(TableStorageFactory::new(
-            LocalPaths::unrestricted(),
-        )))
+        .with_storage_factory(storage)
         .load(catalog_name, props)
         .await
 }
@@ -256,7 +262,7 @@ mod tests {
     use iceberg::spec::{NestedField, PrimitiveType, Type};
 
     use super::*;
-    use crate::demo::taxi::{self, TaxiGenerator};
+    use crate::taxi::{self, TaxiGenerator};
 
     async fn read_ids(table: &Table) -> Vec<i64> {
         let stream = table.scan().select(["trip_id"]).build().unwrap();
