@@ -446,7 +446,8 @@ impl Default for LocalPaths {
 }
 
 impl LocalPaths {
-    /// Every local path (tests; a serving node takes its configuration's list).
+    /// Every local path (unit tests; a serving node takes its configuration's list).
+    #[cfg(test)]
     pub fn unrestricted() -> Self {
         Self { allowed: None }
     }

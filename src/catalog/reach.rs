@@ -24,15 +24,6 @@ pub struct Reach {
 }
 
 impl Reach {
-    /// Everything: for the demo writers and the benchmarks.
-    pub fn unrestricted() -> Self {
-        Self {
-            types: Vec::new(),
-            local: LocalPaths::unrestricted(),
-            hosts: HostPolicy::unrestricted(),
-        }
-    }
-
     /// Checks a catalog's settings: its type, and the hosts they name: its service and
     /// every URL among its properties (storage endpoints, OAuth servers).
     pub async fn check_settings(&self, config: &CatalogConfig) -> Result<(), CatalogError> {
