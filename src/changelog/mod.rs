@@ -128,37 +128,25 @@ async fn plan_changes(table: &Table, snapshot: &SnapshotRef) -> Result<SnapshotP
     if has_deletes(&list) {
         return state::plan_with_deletes(table, snapshot, &list).await;
     }
-    let tracked = tracks_lineage(table.metadata());
-    let mut added = Vec::new();
-    let mut removed = Vec::new();
-    for manifest in list.entries() {
-        // Only manifests this snapshot wrote can hold entries it added or deleted.
-        if manifest.added_snapshot_id != id {
-            continue;
-        }
-        let removes = manifest.deleted_files_count.unwrap_or(1) > 0;
-        let adds = manifest.added_files_count.unwrap_or(1) > 0;
-        if !removes && !adds {
-            continue;
-        }
-        let entries = load_manifest(table, manifest, id).await?;
-        let mut row_ids = FirstRowIds::of(manifest, tracked);
-        for entry in entries.entries() {
-            let lineage = row_ids.lineage(entry);
-            if entry.snapshot_id() != Some(id) || entry.status() == ManifestStatus::Existing {
-                continue;
-            }
-            let group = group(manifest.partition_spec_id, entry.data_file().partition());
-            let file = match data_file_rows(entry, group, lineage) {
-                Ok(file) => file,
-                Err(reason) => return Ok(SnapshotPlan::Unsupported(reason)),
-            };
-            match entry.status() {
-                ManifestStatus::Deleted => removed.push(file),
-                _ => added.push(file),
-            }
-        }
-    }
+    // Only manifests this snapshot wrote can hold entries it added or deleted.
+    let wrote = |manifest: &ManifestFile| {
+        manifest.added_snapshot_id == id
+            && (manifest.deleted_files_count.unwrap_or(1) > 0
+                || manifest.added_files_count.unwrap_or(1) > 0)
+    };
+    let changed = |manifest: &ManifestFile, entry: &ManifestEntry| {
+        (entry.snapshot_id() == Some(id) && entry.status() != ManifestStatus::Existing)
+            .then(|| group(manifest.partition_spec_id, entry.data_file().partition()))
+    };
+    let files = match data_files(table, id, &list, wrote, changed).await? {
+        Ok(files) => files,
+        Err(reason) => return Ok(SnapshotPlan::Unsupported(reason)),
+    };
+    let (removed, added): (Vec<_>, Vec<_>) = files
+        .into_iter()
+        .partition(|(status, _)| *status == ManifestStatus::Deleted);
+    let removed: Vec<FileRows> = removed.into_iter().map(|(_, file)| file).collect();
+    let added: Vec<FileRows> = added.into_iter().map(|(_, file)| file).collect();
     let counts = summary::FileCounts {
         added_data: added.len(),
         removed_data: removed.len(),
@@ -191,23 +179,44 @@ pub async fn plan_export(table: &Table, snapshot: &SnapshotRef) -> Result<Snapsh
     if has_deletes(&list) {
         return state::plan_export_with_deletes(table, snapshot, &list).await;
     }
+    // Inserts are never carried over, so their files need no partition group.
+    let live = |_: &ManifestFile, entry: &ManifestEntry| entry.is_alive().then(String::new);
+    match data_files(table, snapshot.snapshot_id(), &list, |_| true, live).await? {
+        Ok(files) => Ok(SnapshotPlan::Inserts(
+            files.into_iter().map(|(_, file)| file).collect(),
+        )),
+        Err(reason) => Ok(SnapshotPlan::Unsupported(reason)),
+    }
+}
+
+/// The data files of the entries `entry_group` picks (giving each its partition group)
+/// in the manifests of `list` that `manifest_wanted` picks, with each entry's status and
+/// row lineage; or why one of them cannot be read. Lineage is counted over every entry
+/// of a manifest, picked or not: a file's first row id follows those listed before it.
+async fn data_files(
+    table: &Table,
+    snapshot: i64,
+    list: &ManifestList,
+    manifest_wanted: impl Fn(&ManifestFile) -> bool,
+    entry_group: impl Fn(&ManifestFile, &ManifestEntry) -> Option<String>,
+) -> Result<Result<Vec<(ManifestStatus, FileRows)>, String>, PlanError> {
     let tracked = tracks_lineage(table.metadata());
     let mut files = Vec::new();
-    for manifest in list.entries() {
-        let entries = load_manifest(table, manifest, snapshot.snapshot_id()).await?;
+    for manifest in list.entries().iter().filter(|m| manifest_wanted(m)) {
+        let entries = load_manifest(table, manifest, snapshot).await?;
         let mut row_ids = FirstRowIds::of(manifest, tracked);
         for entry in entries.entries() {
             let lineage = row_ids.lineage(entry);
-            if !entry.is_alive() {
+            let Some(group) = entry_group(manifest, entry) else {
                 continue;
-            }
-            match data_file_rows(entry, String::new(), lineage) {
-                Ok(file) => files.push(file),
-                Err(reason) => return Ok(SnapshotPlan::Unsupported(reason)),
+            };
+            match data_file_rows(entry, group, lineage) {
+                Ok(file) => files.push((entry.status(), file)),
+                Err(reason) => return Ok(Err(reason)),
             }
         }
     }
-    Ok(SnapshotPlan::Inserts(files))
+    Ok(Ok(files))
 }
 
 /// The manifest list of `snapshot`.
