@@ -1,4 +1,5 @@
 //! Builds a node: database, change store, API and scheduler; runs until told to stop.
+//! Must not reach: `cli` (the command line talks to nodes over HTTP only).
 
 use std::net::SocketAddr;
 use std::sync::Arc;

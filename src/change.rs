@@ -1,6 +1,7 @@
 //! What a change is: its kind (`Op`), one change as indexes into the rows that survived
 //! carryover, and those rows. The vocabulary that planning, the shuffle, segments,
-//! delivery and push share; depends on nothing in the crate.
+//! delivery and push share.
+//! Must not reach: the rest of the crate.
 
 use std::collections::HashMap;
 

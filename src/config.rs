@@ -1,5 +1,6 @@
 //! Settings: built-in defaults, then an optional TOML file, then `ICEFEED_*` environment
 //! variables (nested keys joined by `__`, e.g. `ICEFEED_SCHEDULER__LEASE_TTL=30s`).
+//! Must not reach: `store`, `workers`, `api` (settings are read before any of them starts).
 
 use std::net::SocketAddr;
 use std::path::Path;

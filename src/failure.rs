@@ -1,6 +1,7 @@
 //! Why background work on a table failed, by kind: the stable code a table's
 //! `last_error_code` and a failed task carry, so that the scheduler, the task runner and
-//! clients decide by kind and never by reading messages. Depends on nothing in the crate.
+//! clients decide by kind and never by reading messages.
+//! Must not reach: the rest of the crate.
 
 use std::fmt;
 

@@ -1,6 +1,7 @@
 //! The ids and kinds every layer names: a registered table's id, a task's kind. Stored
 //! by the registry, written into object-store keys and cursors, so they live below all
-//! of them; depends on nothing in the crate.
+//! of them.
+//! Must not reach: the rest of the crate.
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;

@@ -1,6 +1,7 @@
 //! 64-bit ids in JSON: decimal strings in every answer, because browsers (and every
 //! JSON parser that reads numbers as doubles) round integers past 2^53, and strings or
 //! numbers in requests, so clients that kept a number can pass it back.
+//! Must not reach: the rest of the crate.
 
 use std::fmt;
 use std::str::FromStr;

@@ -1,4 +1,5 @@
 //! icefeed: change feeds of Apache Iceberg tables over HTTP.
+//! Must not reach: `icefeed_testkit` (fixtures: only the binary's `icefeed demo` uses them).
 
 pub mod api;
 pub mod app;

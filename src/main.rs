@@ -1,4 +1,5 @@
 //! The `icefeed` binary: subcommands only.
+//! Must not reach: `workers`, `changelog`, `delivery` (a node's work starts in `app`).
 
 use std::path::PathBuf;
 

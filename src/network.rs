@@ -3,6 +3,7 @@
 //! the node at its own network (the cloud metadata service at 169.254.169.254, a
 //! database beside it, a port scan timed by its answers), so addresses outside the
 //! public internet are refused unless `network.allowed_hosts` lists them.
+//! Must not reach: `catalog`, `delivery` (it judges hosts for them, knowing neither).
 //!
 //! Names are checked by resolving them; the clients icefeed builds itself (push
 //! targets, REST catalogs) also connect only to the addresses the policy allows, so a

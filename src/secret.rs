@@ -1,4 +1,5 @@
 //! Secret strings (passwords, tokens): kept out of `Debug` output and so out of logs.
+//! Must not reach: `config`, `store`.
 
 use serde::{Deserialize, Serialize};
 

@@ -3,6 +3,7 @@
 //! single metadata file. Either may be local or on an object store. A local warehouse is
 //! probed on tokio's blocking pool, and its files are read only when they are regular
 //! files (see [`super::local_file::LocalFileStorage`]).
+//! Must not reach: `store`, `changes` (catalogs know nothing of feeds).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

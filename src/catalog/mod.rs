@@ -1,5 +1,6 @@
 //! Connecting to Iceberg catalogs: the connection settings users register, how they are
 //! shown without secrets, and loading a table's current metadata.
+//! Must not reach: `store`, `changes`, `changelog` (a catalog knows nothing of feeds).
 
 mod filesystem;
 mod load;

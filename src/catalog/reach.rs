@@ -2,6 +2,7 @@
 //! (`catalog.local_paths`) and hosts (`network.allowed_hosts`). Both are checked before
 //! the node connects or reads, and again on every load, since a REST catalog's answers
 //! add storage endpoints of their own.
+//! Must not reach: `catalog::storage` (it decides what may be touched and touches nothing).
 
 use std::collections::HashMap;
 

@@ -1,4 +1,5 @@
 //! Keeping catalog secrets out of API answers and logs.
+//! Must not reach: the rest of the crate (settings in, settings out).
 
 use serde_json::Value;
 

@@ -3,6 +3,7 @@
 //! crate's OpenDAL storage, with FileIO properties (`s3.*`, `gcs.*`, `adls.*`) or the
 //! platform's default credential chain. And what a storage failure means: the object is
 //! gone, access is denied, the store could not be reached, or a local path is no file.
+//! Must not reach: `changes`, `store` (table files only; the change store is another).
 //!
 //! OpenDAL bounds every request itself (iceberg-storage-opendal layers a timeout of 60 s
 //! per operation and 10 s per I/O step under its retries). Local files: see

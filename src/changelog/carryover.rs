@@ -1,4 +1,5 @@
 //! Carryover removal and update pairing: the row-level heart of copy-on-write changes.
+//! Must not reach: `changes`, `store` (rows in, changes out).
 //!
 //! A copy-on-write commit rewrites whole files, copying most rows unchanged. Within one
 //! partition group the rows of the removed files and of the added files are compared as

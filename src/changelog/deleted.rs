@@ -4,6 +4,7 @@
 //! field id, equal a delete row; null equals null, as the spec says and Arrow's row
 //! format encodes). Decoded delete files are cached per map task: a partition-scoped
 //! position file or an equality delete file serves many data files.
+//! Must not reach: `store`, `workers`.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;

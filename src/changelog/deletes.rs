@@ -3,6 +3,7 @@
 //! by path or partition with `ds(data) <= ds(delete)`, equality deletes by partition (or
 //! globally, from an unpartitioned spec) with `ds(data) < ds(delete)`; a data file's
 //! deletion vector supersedes every position delete file for it.
+//! Must not reach: the rest of the crate (metadata in, assignments out).
 
 use std::collections::HashMap;
 

@@ -1,6 +1,7 @@
 //! Reading some columns of a Parquet file (a delete file, or a data file's equality
 //! columns) by Iceberg field id, a batch at a time, checking the rows read against the
 //! footer: positions are counted from them. Knows nothing of deletes.
+//! Must not reach: `changelog::deletes`, `changelog::deleted` (it knows nothing of deletes).
 
 use arrow::array::ArrayRef;
 use arrow::datatypes::DataType;

@@ -2,6 +2,7 @@
 //! checkpoint. A branch that went back past the checkpoint (rolled back, or reset to
 //! another lineage) is reset to the newest ancestor both share, then followed; history
 //! the chain cannot reach is an error, never a skip.
+//! Must not reach: the rest of the crate (snapshots in, a chain out).
 
 use std::collections::HashSet;
 

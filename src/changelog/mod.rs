@@ -1,5 +1,6 @@
 //! Planning change sets from Iceberg metadata: which snapshots are new since the
 //! checkpoint, and which data files each one added or removed.
+//! Must not reach: `store`, `workers` (it plans; checkpoints and publishing are theirs).
 
 pub mod carryover;
 mod deleted;

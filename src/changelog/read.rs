@@ -1,6 +1,7 @@
 //! Reading the rows of an Iceberg data file, projected by field id onto a snapshot's
 //! schema: all of them, or those a [`FileRows`] selects under its deletes (as a Parquet
 //! row selection, so that the page index skips pages no selected row is in).
+//! Must not reach: `store`, `workers`.
 
 use arrow::array::RecordBatch;
 use futures::StreamExt;

@@ -2,6 +2,7 @@
 //! `_last_updated_sequence_number` when they do not carry them. The iceberg crate reads
 //! a data file's `first_row_id` as written; a file added without one inherits it from
 //! its manifest, which is computed here as readers do (spec: Row Lineage).
+//! Must not reach: `changes`, `store`.
 
 use std::sync::Arc;
 

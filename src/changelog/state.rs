@@ -8,6 +8,8 @@
 //!   leave and the snapshot's remove (and, for a commit that drops a delete without
 //!   replacing it, the reverse).
 //!
+//! Must not reach: `changes`, `store`.
+//!
 //! Both states come from the snapshot's manifests alone: the parent's files are the
 //! snapshot's minus what it added plus what it removed (the removed entries carry full
 //! metadata), so a parent whose manifest list was expired can still be diffed.

@@ -1,6 +1,7 @@
 //! The cross-check of a snapshot's summary against its manifests (MERGE_ON_READ V1): a
 //! summary that counts other files than the manifests hold means a writer bug or a
 //! planner that missed entries, and either would publish a wrong change set.
+//! Must not reach: the rest of the crate.
 
 use iceberg::spec::SnapshotRef;
 

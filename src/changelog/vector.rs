@@ -4,6 +4,7 @@
 //! 32-bit bitmaps, each after its key; keys strictly increasing), and a big-endian
 //! CRC-32 of the magic and the bitmap. Every field is checked: a malformed vector must
 //! stop the table, never delete the wrong rows.
+//! Must not reach: the rest of the crate (bytes in, positions out).
 
 use roaring::{RoaringBitmap, RoaringTreemap};
 

@@ -2,6 +2,7 @@
 //! that merge-on-read deletes apply to byte for byte, and keeps the deleted positions
 //! beside it as a portable 64-bit Roaring bitmap, instead of decoding and re-encoding the
 //! file to drop them. A reader maps the segment's event range to the file's rows here.
+//! Must not reach: the rest of the crate.
 
 use bytes::Bytes;
 use parquet::arrow::arrow_reader::RowSelector;

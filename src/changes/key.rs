@@ -1,6 +1,7 @@
 //! Where the work of one change set lives: its segments and shuffle files in the change
 //! store and its tasks in PostgreSQL, all under one key. Owns every key layout of the
 //! change store; depends on nothing but the table id and the task kinds.
+//! Must not reach: `store` (tasks are named here and claimed there).
 
 use crate::ids::{TableId, TaskKind};
 

@@ -1,5 +1,6 @@
 //! Change sets and net ranges in the object store: segments, positions (cursors) and the
 //! JSON event form.
+//! Must not reach: `store`, `changelog`, `workers` (PostgreSQL and planning are theirs).
 
 pub mod deleted_rows;
 pub mod json;

@@ -1,4 +1,5 @@
 //! Positions in a table's feed and the opaque cursors that carry them over the API.
+//! Must not reach: `store`.
 //!
 //! A position is "after `consumed` events of change set `ordinal`"; the start of the
 //! feed is (0, 0). A cursor is `base64url(version | table id | ordinal | consumed)`:

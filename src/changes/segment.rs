@@ -1,5 +1,6 @@
 //! Reading a row range of a segment, projected by Iceberg field id onto the schema its
 //! change set was published with (columns missing from an older file read as null).
+//! Must not reach: `changelog`, `store`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

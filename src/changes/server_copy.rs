@@ -2,6 +2,7 @@
 //! the same endpoint, an insert segment is made by the S3 server (CopyObject) and the
 //! rows never pass through the node. `object_store` copies within its own bucket only,
 //! so a change store in another bucket streams copies through the node.
+//! Must not reach: the rest of the crate.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,6 +1,7 @@
 //! The change store: an object store (a local directory by default) holding change-set
 //! segments. Keys are deterministic (table, snapshot, segment number), so a node that
 //! redoes the work of a node that died overwrites the same objects with the same bytes.
+//! Must not reach: `store`, `catalog` (PostgreSQL and table files are theirs).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

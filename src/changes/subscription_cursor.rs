@@ -1,4 +1,5 @@
 //! Cursors of subscription feeds: one position per table of the subscription.
+//! Must not reach: `store`.
 //!
 //! `base64url(version | subscription id | table count | (ordinal, consumed) per table)`,
 //! bound to its subscription like table cursors are bound to their table. A cursor into

@@ -3,6 +3,7 @@
 //! lineage of each side (v3 tables) as four int64 columns; `_anomaly` (int8, null for
 //! most events) in the segments that have an anomaly; and `_ordinal` (int64) in the
 //! segments of net changes.
+//! Must not reach: `changelog`, `store`.
 
 use std::sync::Arc;
 

@@ -1,5 +1,6 @@
 //! The HTTP client of the command line: the running node's API, with its problem
 //! documents turned into errors a person can act on.
+//! Must not reach: the rest of the crate (it sees a node only through its HTTP API).
 
 use reqwest::{Method, StatusCode};
 use serde_json::Value;

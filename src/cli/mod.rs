@@ -1,6 +1,7 @@
 //! The command line of a running node: tables, subscriptions, tokens and a live tail,
 //! all through the HTTP API (`--url`, `--token`), so that it works against any node
 //! the user may reach and sees exactly what other clients see.
+//! Must not reach: the rest of the crate (it sees a node only through its HTTP API).
 
 mod client;
 mod output;

@@ -1,5 +1,6 @@
 //! Printing answers: aligned columns for people, JSON for scripts. A reader that stops
 //! early (`icefeed tables list | head -1`) ends the output quietly.
+//! Must not reach: the rest of the crate.
 
 use std::io::Write;
 

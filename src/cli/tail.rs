@@ -1,6 +1,7 @@
 //! `icefeed tail`: follows a table's or a subscription's events, like `kubectl get -w`,
 //! with long polls (each waits until events are published), printing each event as it
 //! comes. A subscription is read ahead of its committed position and never acknowledged.
+//! Must not reach: the rest of the crate (it sees a node only through its HTTP API).
 
 use serde_json::Value;
 

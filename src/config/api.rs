@@ -1,5 +1,6 @@
 //! The HTTP API's settings: page sizes, waits, streams, bodies and which web origins
 //! may call it.
+//! Must not reach: `api` (the API reads its settings, not the other way round).
 
 use std::time::Duration;
 

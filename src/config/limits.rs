@@ -1,4 +1,5 @@
 //! How much work one node takes on before it answers "later" instead of slowing down.
+//! Must not reach: the rest of the crate.
 
 use serde::{Deserialize, Serialize};
 

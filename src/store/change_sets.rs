@@ -1,5 +1,6 @@
 //! The change-set index: which Parquet segments hold which events of which snapshot,
 //! and the publish transaction that records them and advances the checkpoint at once.
+//! Must not reach: `catalog`, `changelog`, `workers` (PostgreSQL only).
 
 use std::time::Duration;
 

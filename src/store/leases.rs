@@ -1,6 +1,7 @@
 //! Leases: one holder at a time, measured by the database's clock so nodes' clocks don't
 //! matter. Every acquisition bumps the epoch; writes that depend on a lease check it
 //! (fencing), so a node that paused past its expiry cannot publish.
+//! Must not reach: the rest of the crate.
 
 use std::time::Duration;
 

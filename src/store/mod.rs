@@ -1,4 +1,5 @@
 //! PostgreSQL: the registry of source tables, leases, checkpoints and the change-set index.
+//! Must not reach: `catalog`, `changelog`, `workers` (PostgreSQL only).
 
 mod change_sets;
 mod leases;

@@ -1,5 +1,6 @@
 //! Net ranges: the net changes of a range of a table's feed, computed once by leased
 //! tasks and kept, with their segments, while consumers read them.
+//! Must not reach: `catalog`, `changelog`, `workers` (PostgreSQL only).
 
 use std::time::Duration;
 

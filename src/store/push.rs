@@ -1,4 +1,5 @@
 //! Push subscriptions: their targets, progress counters, fenced commits and dead letters.
+//! Must not reach: `delivery`, `workers` (PostgreSQL only).
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;

@@ -1,5 +1,6 @@
 //! Retention: pruning change sets past a table's limits (keeping what subscriptions still
 //! need, unless a hard limit says otherwise) and the floor below which positions are gone.
+//! Must not reach: `catalog`, `workers` (PostgreSQL only).
 
 use std::time::Duration;
 

@@ -1,4 +1,5 @@
 //! Subscriptions: named consumers with a committed and a delivered position per table.
+//! Must not reach: `delivery`, `workers` (PostgreSQL only).
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

@@ -1,4 +1,5 @@
 //! The registry of source tables.
+//! Must not reach: `catalog`, `workers` (PostgreSQL only).
 
 use std::time::Duration;
 

@@ -1,5 +1,6 @@
 //! Tasks: claimed with `FOR UPDATE SKIP LOCKED`, leased with an expiry and an epoch,
 //! retried a bounded number of times.
+//! Must not reach: `changelog`, `workers` (PostgreSQL only).
 
 use std::time::Duration;
 

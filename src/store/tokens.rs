@@ -1,4 +1,5 @@
 //! API tokens: scopes and the SHA-256 of each secret (never the secret itself).
+//! Must not reach: the rest of the crate.
 
 use chrono::{DateTime, Utc};
 use uuid::Uuid;

@@ -1,7 +1,7 @@
 //! Every metric icefeed records, defined once: its name, kind, unit and description.
 //! Call sites name a metric by its constant here (`metrics::counter!(ROWS_PUBLISHED.name)`),
-//! never by a string of their own, and `/metrics` describes each one. Depends on nothing
-//! in the crate.
+//! never by a string of their own, and `/metrics` describes each one.
+//! Must not reach: the rest of the crate.
 //!
 //! Names: `icefeed_<area>_<what>`, then the unit where it is one (`_seconds`, `_bytes`;
 //! counts of a kind of thing name it, as in `_lag_snapshots`), counters ending in

@@ -1,4 +1,5 @@
 //! Logs and metrics.
+//! Must not reach: the rest of the crate (every layer logs and counts through it).
 
 pub mod metric;
 

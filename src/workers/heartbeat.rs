@@ -1,4 +1,5 @@
 //! Keeping a lease alive while work runs under it.
+//! Must not reach: `changes`, `catalog` (the lease only).
 
 use std::future::Future;
 use std::time::Duration;

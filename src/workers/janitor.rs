@@ -2,6 +2,7 @@
 //! reads any more, moves on net ranges being computed, and deletes the garbage list's
 //! prefixes once due: segments of pruned change sets, dropped net ranges and deleted
 //! tables, and the shuffle files of published snapshots and computed ranges.
+//! Must not reach: `catalog`, `api`.
 //!
 //! Every node runs one without a lease: pruning a table locks its row, so concurrent
 //! passes serialize and the second finds nothing left to prune, and deleting objects

@@ -1,4 +1,5 @@
 //! Background work: the scheduler that keeps every registered table's feed up to date.
+//! Must not reach: `api` (the HTTP layer; `app` starts both).
 
 mod heartbeat;
 mod janitor;

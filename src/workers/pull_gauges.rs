@@ -2,6 +2,7 @@
 //! `interval` by one node at a time: the holder of the `subscription-gauges` lease, so
 //! that each series has one source, as push gauges have their pushing node. A node that
 //! loses the lease, or stops, clears what it reported.
+//! Must not reach: `api`, `delivery`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -1,5 +1,6 @@
 //! Publishing a snapshot that removed data files: run its shuffle (see `shuffle`) and
 //! check what a compaction may not do.
+//! Must not reach: `api`, `delivery`.
 
 use iceberg::spec::SchemaRef;
 use tokio_util::sync::CancellationToken;

@@ -1,5 +1,6 @@
 //! The scheduler: every node runs one; tables due for a poll are claimed through leases
 //! in PostgreSQL, so any number of nodes share the tables and never publish twice.
+//! Must not reach: `api`, `delivery`.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -3,6 +3,7 @@
 //! counted (`icefeed_service_restarts_total`) and started again after a backoff, and
 //! `/readyz` fails while it is down. Without this a dead scheduler would leave a node
 //! that answers every health check and publishes nothing.
+//! Must not reach: `store`, `api` (it restarts services, whatever they do).
 
 use std::collections::BTreeMap;
 use std::future::Future;

@@ -1,5 +1,6 @@
 //! Bringing one table's feed up to date under its lease: export or follow, one change
 //! set per snapshot, each published in its own fenced transaction.
+//! Must not reach: `api`, `delivery`.
 
 use chrono::{DateTime, TimeZone, Utc};
 use futures::{StreamExt, TryStreamExt};

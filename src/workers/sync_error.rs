@@ -1,6 +1,7 @@
 //! Why a sync stopped early, by kind: to retry later, to stop the table with a failure
 //! naming the snapshot, or to drop silently. Shared by the sync, its rewrites and their
 //! shuffle; reaches only the error types it classifies.
+//! Must not reach: `api`, `delivery`.
 
 use crate::catalog::{CatalogError, StorageFault, storage_cause};
 use crate::changelog::{LineageError, PlanError};

@@ -1,6 +1,7 @@
 //! What a shuffle task runs with: the node's stores and catalogs ([`TaskContext`]), the
-//! table it opened, and how a task fails ([`TaskError`]). Knows nothing of claiming
-//! tasks ([`super::tasks`]) nor of what a task computes ([`super::shuffle`]).
+//! table it opened, and how a task fails ([`TaskError`]).
+//! Must not reach: `workers::tasks`, `workers::shuffle` (claiming tasks, and what a task
+//! computes).
 
 use arrow::array::RecordBatch;
 use futures::{StreamExt, TryStreamExt};

@@ -1,5 +1,6 @@
 //! The task runner: every node claims shuffle tasks of any table from PostgreSQL and runs
 //! them under a heartbeat; results are recorded only while the claim is still held.
+//! Must not reach: `api`, `catalog`.
 
 use rand::Rng;
 use tokio_util::sync::CancellationToken;

@@ -1,7 +1,8 @@
 //! The shape of the source tree: modules import each other without cycles (at the top
-//! level of `src/` and one level below), no source file grows past 800 lines (the test
-//! kit's neither), and the library never names the test kit. Read from the files
-//! themselves: `crate::a::b` and `super::b` in code outside comments and unit tests.
+//! level of `src/` and one level below), no source file grows past 800 lines, every
+//! module opens by saying what it must not reach and does not reach it, and the library
+//! never names the test kit. Read from the files themselves: `crate::a::b` and `super::b`
+//! in code outside comments and unit tests.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -165,6 +166,131 @@ fn modules_import_each_other_without_cycles_and_files_stay_small() {
         "modules import each other in a cycle"
     );
     assert!(long.is_empty(), "files over {MAX_LINES} lines: {long:?}");
+}
+
+/// Modules whose owners are rewriting them right now: checked once they say what they
+/// must not reach.
+const OPENING_PENDING: [&str; 3] = ["api/", "delivery/", "changes/json"];
+
+/// Whether `code` names the module `path` (`a` or `a::b`) through `prefix` (`crate::`,
+/// or `icefeed::` from the binary), or as `super::b` from a file directly in `a/`.
+fn names_module(code: &str, prefix: &str, path: &str, me: &[String]) -> bool {
+    let followed = |needle: &str| {
+        code.match_indices(needle).any(|(at, _)| {
+            !code[at + needle.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+        })
+    };
+    let sibling = match path.split_once("::") {
+        Some((parent, child)) if me.len() == 2 && me[0] == parent => {
+            followed(&format!("super::{child}"))
+        }
+        _ => false,
+    };
+    followed(&format!("{prefix}{path}")) || sibling
+}
+
+/// What a file's opening `//!` comment says it must not reach: the module paths in
+/// backticks between `Must not reach:` and the first `(`, `.` or `;` after it (a reason
+/// may follow), or `None` for "the rest of the crate". `Err`: it says nothing of it.
+fn must_not_reach(text: &str) -> Result<Option<Vec<String>>, &'static str> {
+    if !text.starts_with("//!") {
+        return Err("does not open with a `//!` comment");
+    }
+    let opening: Vec<&str> = text
+        .lines()
+        .take_while(|l| l.starts_with("//!"))
+        .map(|l| l.trim_start_matches("//!").trim())
+        .collect();
+    let opening = opening.join(" ");
+    let Some((_, said)) = opening.split_once("Must not reach:") else {
+        return Err("does not say what it must not reach (`Must not reach: ...`)");
+    };
+    let end = said
+        .find(['(', ';'])
+        .into_iter()
+        .chain(said.find(". "))
+        .chain(said.strip_suffix('.').map(str::len))
+        .min()
+        .unwrap_or(said.len());
+    let said = &said[..end];
+    if said.trim() == "the rest of the crate" {
+        return Ok(None);
+    }
+    let paths: Vec<String> = said
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|p| p.trim_start_matches("crate::").to_string())
+        .collect();
+    if paths.is_empty() {
+        return Err("names no module in backticks after `Must not reach:`");
+    }
+    Ok(Some(paths))
+}
+
+#[test]
+fn modules_say_what_they_must_not_reach_and_do_not_reach_it() {
+    let mut wrong = Vec::new();
+    let mut checked = 0;
+    for (at, src) in crate_sources().iter().enumerate() {
+        let testkit = at == 1;
+        let mut files = Vec::new();
+        source_files(src, &mut files);
+        let is_module = |path: &str| {
+            let path = src.join(path.replace("::", "/"));
+            path.is_dir() || path.with_extension("rs").is_file()
+        };
+        for file in files {
+            let relative = file.strip_prefix(src).unwrap();
+            let name = relative.to_string_lossy().into_owned();
+            let text = std::fs::read_to_string(&file).unwrap();
+            let pending = !testkit && OPENING_PENDING.iter().any(|p| name.starts_with(p));
+            let said = match must_not_reach(&text) {
+                Err(_) if pending => continue,
+                Err(e) => {
+                    wrong.push(format!("{}: {e}", file.display()));
+                    continue;
+                }
+                Ok(said) => said,
+            };
+            checked += 1;
+            let me = module_of(relative);
+            let code = code(&text);
+            let prefix = if !testkit && name == "main.rs" {
+                "icefeed::"
+            } else {
+                "crate::"
+            };
+            let Some(paths) = said else {
+                let outside: BTreeSet<&str> = paths_after(&code, prefix)
+                    .map(|p| p[0])
+                    .filter(|m| *m != me[0])
+                    .collect();
+                if !outside.is_empty() {
+                    wrong.push(format!(
+                        "{name} says it must not reach the rest of the crate but reaches {outside:?}"
+                    ));
+                }
+                continue;
+            };
+            for path in paths {
+                let reaches = match path.as_str() {
+                    "icefeed_testkit" if !testkit => code.contains("icefeed_testkit"),
+                    "icefeed" if testkit => code.contains("icefeed::"),
+                    _ if is_module(&path) => names_module(&code, prefix, &path, &me),
+                    _ => {
+                        wrong.push(format!("{name}: `{path}` is no module of its crate"));
+                        continue;
+                    }
+                };
+                if reaches {
+                    wrong.push(format!("{name} says it must not reach `{path}` but does"));
+                }
+            }
+        }
+    }
+    assert!(checked > 80, "checked only {checked} files");
+    assert!(wrong.is_empty(), "module openings: {wrong:#?}");
 }
 
 /// The test kit (table writers for the demo, the tests and the benchmarks) is a

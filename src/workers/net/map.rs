@@ -1,6 +1,7 @@
 //! Net map task: read a run of the range's segments a chunk of events at a time and
 //! hash every before image (as deleted) and after image (as inserted), with its change
 //! set's ordinal, by key into buckets, written as shuffle files.
+//! Must not reach: `catalog` (a range is read from the change store alone).
 
 use std::sync::Arc;
 

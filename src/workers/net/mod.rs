@@ -11,7 +11,7 @@
 //! ([`advance`]): the node that completed a task, a consumer asking for the range, and
 //! every node's janitor pass, so a node that dies loses nothing.
 //!
-//! Must not reach the catalogs: a range is computed from the change store alone.
+//! Must not reach: `catalog` (a range is computed from the change store alone).
 
 mod map;
 mod reduce;

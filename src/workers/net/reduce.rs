@@ -2,6 +2,7 @@
 //! images (what a range changed and changed back), pair what is left by key, and write
 //! one segment of the range's result, each event tagged with the last change set that
 //! touched its key.
+//! Must not reach: `catalog` (a range is read from the change store alone).
 
 use std::collections::HashMap;
 

@@ -1,5 +1,6 @@
 //! Batches of a push subscription: read the events after a position, send them, and
 //! commit the position once every item is settled.
+//! Must not reach: `catalog`, `api` (events come from the change store).
 //!
 //! The worker keeps one batch in flight and reads the next one while it is: a batch is
 //! read from where the one before it ends, and its commit expects the position that

@@ -3,6 +3,7 @@
 //! so that a scrape costs no database query. A node reports only the subscriptions it
 //! pushes, or that it saw paused or failed until they are resumed or deleted: when it
 //! gives one up, it clears them, so that another node's figures are the only ones.
+//! Must not reach: `delivery`, `api` (gauges only).
 
 use uuid::Uuid;
 

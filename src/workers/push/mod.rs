@@ -1,6 +1,7 @@
 //! The push worker: every node claims push subscriptions no node is pushing, one lease
 //! (`subscription:<id>`) each, and pushes their events into OpenSearch until the
 //! subscription stops wanting a worker or the lease is lost.
+//! Must not reach: `catalog`, `api`.
 
 mod batch;
 pub mod gauges;

@@ -2,6 +2,7 @@
 //! subscription's lease, between its batches, with its client, retry policy and stop
 //! token — so that a redrive never races the subscription's own pushes from another
 //! node, and shutdown or a lost lease cancels it.
+//! Must not reach: `api` (the API only queues redrives).
 
 use tokio_util::sync::CancellationToken;
 

@@ -3,6 +3,7 @@
 //! outputs (partition = key bucket) and spill runs (partition = whole-row hash) share
 //! the format. Rows carry `_side` ([`DELETED`], [`INSERTED`] or [`REGAINED`]) before the
 //! table's columns.
+//! Must not reach: `store`, `catalog` (the file format only).
 
 use std::io::Cursor;
 use std::sync::Arc;

@@ -3,6 +3,7 @@
 //! shuffle files (see `files`). Groups whose decoded rows fit
 //! in `scheduler.map_memory_bytes` are cancelled in memory; larger ones go through
 //! `spill`, which feeds the same bucket writer one spill partition at a time.
+//! Must not reach: `api`, `delivery`.
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::Int64Type;

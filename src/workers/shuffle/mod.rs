@@ -3,6 +3,7 @@
 //! the surviving rows by key into buckets (shuffle files in the change store, sizes in
 //! PostgreSQL); small buckets are coalesced into reduce tasks, which pair rows by key
 //! and write the change set's segments. The node holding the table lease coordinates.
+//! Must not reach: `api`, `delivery`.
 
 pub(crate) mod files;
 mod map;

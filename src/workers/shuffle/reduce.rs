@@ -1,5 +1,6 @@
 //! Reduce task: read a run of buckets from every map task, pair rows by key, and write
 //! one segment of the change set.
+//! Must not reach: `catalog`, `api` (it reads shuffle files, never the table).
 
 use arrow::compute::concat_batches;
 

@@ -4,6 +4,7 @@
 //! partition, so cancelling one partition at a time is exact. Memory holds one run (a
 //! quarter of the budget) while streaming, then one partition (sized from the manifests
 //! to a quarter of the budget) while cancelling, plus the bucket writer's quarter.
+//! Must not reach: `api`, `delivery`.
 
 use std::collections::BTreeSet;
 
