@@ -223,7 +223,9 @@ pub(crate) fn bucket_rows(
         .collect())
 }
 
-/// A hash that every node computes alike (std's hasher is seeded per process).
+/// A hash that every node computes alike: std's hasher is seeded per process, and the
+/// output of foldhash (the in-process hash of carryover and spills) may change between
+/// its versions; FNV-1a's never does.
 fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ *b as u64).wrapping_mul(0x0100_0000_01b3)
