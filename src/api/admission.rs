@@ -7,6 +7,7 @@
 //! are never refused, so that probes see a busy node as alive.
 //!
 //! A client is its bearer token when it sends one (by hash), else its address.
+//! Must not reach: `changelog`, `workers` (handlers read what workers published).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -11,6 +11,7 @@
 //! `?access_token=` and a stream token: a short-lived grant for one stream path, signed
 //! with a key derived from the admin token, so that every node verifies it without a
 //! database and it is worth nothing elsewhere or later.
+//! Must not reach: `changelog`, `workers` (handlers read what workers published).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -1,5 +1,6 @@
 //! `/v1/tables/{id}/change-sets`: what a table's feed published, one change set per
 //! snapshot, newest first, each with the cursor that reads from it.
+//! Must not reach: `changelog`, `workers` (handlers read what workers published).
 
 use axum::extract::State;
 use chrono::{DateTime, Utc};

@@ -1,5 +1,6 @@
 //! `/v1/tables/{id}/changes`: pages of change events as JSON, NDJSON or Arrow, and the schemas
 //! the events were read with.
+//! Must not reach: `changelog`, `workers` (handlers read what workers published).
 
 use axum::extract::State;
 use axum::http::HeaderMap;

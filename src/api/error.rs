@@ -1,5 +1,6 @@
 //! RFC 9457 problem details: every error answer has a stable `code`, a human `detail`,
 //! and never internals: a 5xx carries only an error id that is also in the log.
+//! Must not reach: `changelog`, `workers` (handlers read what workers published).
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};

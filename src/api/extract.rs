@@ -7,6 +7,7 @@
 //! invalid_text` naming the field instead of a 500 from the database. A body must be a
 //! JSON object (`[true]` is not `{"paused": true}`), at every depth where a struct is
 //! read (see [`super::strict`]).
+//! Must not reach: `store`, `delivery` (requests are parsed before anything is read).
 
 use axum::body::Bytes;
 use axum::extract::rejection::{PathRejection, QueryRejection};

@@ -1,4 +1,5 @@
 //! Liveness, readiness and Prometheus metrics.
+//! Must not reach: `changelog`, `workers` (handlers read what workers published).
 
 use axum::extract::State;
 use axum::http::header;

@@ -1,6 +1,7 @@
 //! Ranges of the numeric (and time) fields of requests: what PostgreSQL intervals and
 //! timestamps, chrono and JSON clients can all hold. A value out of range answers its
 //! field's stable code with `field`, `minimum` and `maximum` members.
+//! Must not reach: `changelog`, `workers` (handlers read what workers published).
 
 use chrono::{DateTime, Datelike, Utc};
 use serde_json::Value;

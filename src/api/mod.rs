@@ -1,4 +1,5 @@
 //! The HTTP API: routes and the OpenAPI document come from the same handler list.
+//! Must not reach: `changelog` (the API plans no snapshots; workers do).
 
 pub mod admission;
 pub mod auth;

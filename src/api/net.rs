@@ -4,6 +4,8 @@
 //! poll waits for them). Every request for the same range reads the one result, page by
 //! page, with cursors of its own; the last page's `next` is the feed cursor of the
 //! range's end.
+//! Must not reach: `catalog`
+//! (ranges are computed from published change sets, never from table files).
 
 use std::time::{Duration, Instant};
 

@@ -1,5 +1,6 @@
 //! What every page endpoint shares: the query of a table page, where a cursor starts,
 //! formats, limits and rendering a page in the format the client asked for.
+//! Must not reach: `changelog`, `workers` (handlers read what workers published).
 
 use std::time::Duration;
 

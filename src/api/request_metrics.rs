@@ -1,5 +1,6 @@
 //! Metrics of answered requests, by method, route template (never the concrete path,
 //! whose ids would make a series per table) and status.
+//! Must not reach: `changelog`, `workers` (handlers read what workers published).
 
 use std::time::Instant;
 

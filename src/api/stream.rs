@@ -1,6 +1,7 @@
 //! `/v1/tables/{id}/changes/stream`: a table's change events as server-sent events, and
 //! what every SSE endpoint shares: resuming after `Last-Event-ID`, the response, and
 //! the `error` event that ends a failed stream.
+//! Must not reach: `changelog`, `workers` (handlers read what workers published).
 
 use std::convert::Infallible;
 use std::sync::Arc;

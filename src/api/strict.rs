@@ -8,6 +8,7 @@
 //!
 //! Values buffered by untagged or internally tagged enums are read by serde itself and
 //! keep its leniency; the enums of request bodies check their variants' shapes.
+//! Must not reach: the rest of the crate.
 
 use std::fmt;
 

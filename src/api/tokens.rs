@@ -1,4 +1,5 @@
 //! API tokens: created (the secret shown once), listed and revoked by admins.
+//! Must not reach: `changelog`, `workers` (handlers read what workers published).
 
 use axum::extract::State;
 use axum::http::StatusCode;

@@ -1,6 +1,7 @@
 //! The web dashboard: static assets built into the binary, served at `/ui` (and `/`
 //! redirects there). The page itself holds no data and needs no token; it calls the
 //! same API as any client, with the token the user enters.
+//! Must not reach: the rest of the crate (assets only).
 
 use axum::Router;
 use axum::http::{HeaderValue, header};

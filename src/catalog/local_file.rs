@@ -2,7 +2,8 @@
 //! files — a named pipe would block the opening thread until a writer appears, and a
 //! device such as `/dev/zero` never ends — within `catalog.local_paths`, and metadata
 //! files within a size limit.
-//! Must not reach: `network`, `catalog::storage` (local files only; routing paths is `storage`'s).
+//! Must not reach: `network`, `catalog::storage`
+//! (local files only; routing paths is `storage`'s).
 
 use std::fs::File;
 use std::io::Read;

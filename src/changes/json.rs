@@ -40,6 +40,7 @@
 //! are accepted (int columns for long, float columns for double). Arrow fields
 //! carrying a `PARQUET:field_id` must match the Iceberg field id. Fields are
 //! matched by position, names come from the Iceberg schema.
+//! Must not reach: the rest of the crate (Arrow arrays in, bytes out).
 
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, FixedSizeBinaryArray, new_empty_array};
 use arrow::array::{BinaryArray, BinaryViewArray, LargeBinaryArray};

@@ -3,6 +3,8 @@
 //! polars or Spark code written against `create_changelog_view` reads a page as is; then
 //! the row lineage of v3 tables (`_row_id`, `_last_updated_sequence_number`; null for
 //! other tables) and `_anomaly`, icefeed's own.
+//! Must not reach: `api`, `workers`
+//! (delivery renders and sends; the HTTP layer and workers call it).
 
 use std::sync::Arc;
 

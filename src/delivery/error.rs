@@ -1,4 +1,6 @@
 //! What assembling a page can fail with.
+//! Must not reach: `api`, `workers`
+//! (delivery renders and sends; the HTTP layer and workers call it).
 
 use crate::changes::ChangeStoreError;
 use crate::store::StoreError;

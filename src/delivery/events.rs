@@ -1,5 +1,7 @@
 //! The events a sink renders: runs of one segment's events as read ([`EventBatch`]),
 //! and the sinks' traits. Reading lives in [`super::pull`], rendering in the sinks.
+//! Must not reach: `api`, `workers`
+//! (delivery renders and sends; the HTTP layer and workers call it).
 
 use arrow::array::{Array, ArrayRef, AsArray, Int8Array, Int64Array, RecordBatch};
 use arrow::buffer::NullBuffer;

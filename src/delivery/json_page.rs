@@ -1,4 +1,6 @@
 //! Rendering events as canonical JSON: a JSON array page or NDJSON lines.
+//! Must not reach: `api`, `workers`
+//! (delivery renders and sends; the HTTP layer and workers call it).
 
 use std::io::Write;
 use std::ops::Range;

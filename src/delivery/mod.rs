@@ -1,6 +1,8 @@
 //! Delivering change events to consumers: pages of JSON, NDJSON or Arrow, filtered by
 //! operation and projected to columns; long polls and server-sent event streams woken by
 //! publish notifications; and pushing them into OpenSearch.
+//! Must not reach: `api`, `workers`
+//! (delivery renders and sends; the HTTP layer and workers call it).
 
 pub mod arrow_page;
 mod error;

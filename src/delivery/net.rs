@@ -1,6 +1,8 @@
 //! Reading the net changes of a range, page by page: its segments in order, each run of
 //! events with the same last change set rendered as that change set's events are, at
 //! positions counted through the whole result.
+//! Must not reach: `api`, `workers`
+//! (delivery renders and sends; the HTTP layer and workers call it).
 
 use std::collections::HashMap;
 

@@ -9,6 +9,8 @@
 //!
 //! The same connection hears subscriptions being announced (created, resumed, rewound,
 //! given up by a stopping node), which wakes the push claim loops.
+//! Must not reach: `api`, `workers`
+//! (delivery renders and sends; the HTTP layer and workers call it).
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -1,6 +1,8 @@
 //! Reading a table's feed: the events after a position, read from the change store in
 //! feed order, filtered by operation, and handed to a sink that renders them (JSON and
 //! NDJSON in [`super::json_page`], Arrow in [`super::arrow_page`]).
+//! Must not reach: `api`, `workers`
+//! (delivery renders and sends; the HTTP layer and workers call it).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -4,6 +4,8 @@
 //! Events are rendered once by [`super::JsonSink`] as canonical JSON lines, the form a
 //! dead letter keeps; the document is the event's `after` object taken verbatim from
 //! that line, so a redrive rebuilds exactly the item the worker sent.
+//! Must not reach: `api`, `workers`
+//! (delivery renders and sends; the HTTP layer and workers call it).
 
 use std::borrow::Cow;
 use std::ops::Range;

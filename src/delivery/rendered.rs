@@ -5,6 +5,8 @@
 //! Everything of an event but its position is the same for every consumer (a
 //! subscription's cursor names the subscription), so a chunk holds each event's JSON
 //! after its position, and each page writes its own positions in front.
+//! Must not reach: `api`, `workers`
+//! (delivery renders and sends; the HTTP layer and workers call it).
 
 use std::sync::Arc;
 

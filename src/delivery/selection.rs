@@ -1,4 +1,6 @@
 //! What a consumer asked to see of a feed: which operations and which columns.
+//! Must not reach: `api`, `workers`
+//! (delivery renders and sends; the HTTP layer and workers call it).
 
 use std::collections::BTreeSet;
 

@@ -3,6 +3,8 @@
 //! client holds at most one page in memory. Once caught up, the stream sleeps until its
 //! [`ChangeWaiter`] reports a publish — it never polls the database in a loop — and sends
 //! a comment as a heartbeat when idle.
+//! Must not reach: `api`, `workers`
+//! (delivery renders and sends; the HTTP layer and workers call it).
 
 use std::future::Future;
 use std::time::Duration;

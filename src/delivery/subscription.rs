@@ -1,5 +1,7 @@
 //! Pages of a subscription: the events of its tables after one position per table,
 //! interleaved by publication so that no table waits behind a busy one.
+//! Must not reach: `api`, `workers`
+//! (delivery renders and sends; the HTTP layer and workers call it).
 
 use std::sync::Mutex;
 

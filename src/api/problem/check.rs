@@ -7,6 +7,7 @@
 //!
 //! Checked against the document itself, not against the lists it was built from: the
 //! responses are what clients generate code from.
+//! Must not reach: `changelog`, `workers` (handlers read what workers published).
 
 use std::sync::OnceLock;
 

@@ -1,5 +1,6 @@
 //! OpenAPI responses built from the catalogue: an operation's problem codes grouped by
 //! status, each response describing its codes as "Phrase (`code`); phrase (`code`)".
+//! Must not reach: `changelog`, `workers` (handlers read what workers published).
 
 use std::collections::BTreeMap;
 

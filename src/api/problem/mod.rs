@@ -7,6 +7,7 @@
 //! A code's string never changes once released; clients match on it. A string may name
 //! two variants when it answers with two statuses (`invalid_request_body` is 400 for a
 //! body that is not JSON and 422 for JSON of the wrong shape).
+//! Must not reach: `changelog`, `workers` (handlers read what workers published).
 
 pub mod check;
 pub mod docs;

@@ -1,4 +1,5 @@
 //! `/v1/subscriptions`: named consumers with committed positions, their pages and acks.
+//! Must not reach: `changelog`, `workers` (handlers read what workers published).
 
 pub mod model;
 mod net;

@@ -3,6 +3,7 @@
 //! same ranges, shared, as `/v1/tables/{id}/changes?net=true` computes). Cursors inside a
 //! range are the subscription's net cursors; acknowledging one commits the ends of the
 //! ranges read through, so acknowledging the last page's `next` commits every range's end.
+//! Must not reach: `changelog`, `workers` (handlers read what workers published).
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

@@ -1,5 +1,6 @@
 //! Push subscriptions: checking their target at creation, their status, rewinds, and
 //! their dead letters.
+//! Must not reach: `changelog`, `workers` (handlers read what workers published).
 
 use axum::extract::State;
 use axum::http::StatusCode;

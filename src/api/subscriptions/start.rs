@@ -1,4 +1,5 @@
 //! Resolving a new subscription's start into a canonical position per table.
+//! Must not reach: `changelog`, `workers` (handlers read what workers published).
 
 use super::model::{SubscriptionStart, SubscriptionStartName};
 use crate::api::AppState;

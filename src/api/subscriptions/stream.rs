@@ -1,6 +1,7 @@
 //! `/v1/subscriptions/{id}/stream`: a subscription's events as server-sent events, from
 //! its committed position (or `Last-Event-ID`), recording what was delivered so that
 //! the positions the stream sent can be acknowledged.
+//! Must not reach: `changelog`, `workers` (handlers read what workers published).
 
 use std::sync::Arc;
 

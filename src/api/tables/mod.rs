@@ -1,4 +1,5 @@
 //! `/v1/tables`: registering, inspecting, pausing and removing source tables.
+//! Must not reach: `changelog`, `workers` (handlers read what workers published).
 
 pub mod model;
 mod register;

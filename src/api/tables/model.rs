@@ -1,4 +1,5 @@
 //! Request and response bodies of the table resource.
+//! Must not reach: `changelog`, `workers` (handlers read what workers published).
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};

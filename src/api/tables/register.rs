@@ -1,5 +1,7 @@
 //! Turning a registration request into a stored source table: every check that can be
 //! made against the live table is made here, so a bad registration never gets stored.
+//! Must not reach: `changelog`, `delivery`
+//! (registering reads a table's metadata, not its changes).
 
 use std::time::Duration;
 

@@ -1,6 +1,7 @@
 //! Scalar formatting for the JSON encoder: integers, floats, decimals,
 //! dates and times, UUIDs, base64 and string escaping, written straight into
 //! a `Vec<u8>` without allocating.
+//! Must not reach: the rest of the crate (Arrow arrays in, bytes out).
 
 use super::LongMode;
 

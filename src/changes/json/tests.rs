@@ -1,3 +1,6 @@
+//! Unit tests of the JSON encoder: the type mapping, value by value.
+//! Must not reach: the rest of the crate.
+
 use std::sync::Arc;
 
 use arrow::array::*;

@@ -1,5 +1,7 @@
 //! `_bulk` request bodies: one action line per change, followed by the document for
 //! index actions, each version external so that OpenSearch keeps the newest.
+//! Must not reach: `api`, `store`
+//! (the cluster's protocol only; what to push is `delivery::push`'s).
 
 use std::ops::Range;
 

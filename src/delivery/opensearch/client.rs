@@ -1,5 +1,7 @@
 //! An HTTP client of one OpenSearch cluster: creating indices and sending `_bulk`
 //! requests until every item is settled.
+//! Must not reach: `api`, `store`
+//! (the cluster's protocol only; what to push is `delivery::push`'s).
 
 use std::collections::HashSet;
 use std::sync::Mutex;

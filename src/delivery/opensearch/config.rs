@@ -1,5 +1,7 @@
 //! What a push target is: the settings a user registers (stored and shown as they were
 //! given, secrets masked), and their checked form that the push worker uses.
+//! Must not reach: `api`, `store`
+//! (the cluster's protocol only; what to push is `delivery::push`'s).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

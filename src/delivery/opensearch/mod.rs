@@ -16,6 +16,9 @@
 //!    batch is settled. [`SendError::Refused`] means the target is misconfigured (stop
 //!    and report); [`SendError::GaveUp`] means send the same batch again later: items
 //!    already written come back as already applied.
+//!
+//! Must not reach: `api`, `store`
+//! (the cluster's protocol only; what to push is `delivery::push`'s).
 
 mod bulk;
 mod client;

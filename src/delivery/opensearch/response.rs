@@ -1,5 +1,7 @@
 //! Reading OpenSearch's answers: what became of each item of a `_bulk` request, and
 //! whether a failed request is worth sending again.
+//! Must not reach: `api`, `store`
+//! (the cluster's protocol only; what to push is `delivery::push`'s).
 
 use std::collections::HashMap;
 

@@ -1,5 +1,7 @@
 //! Retrying requests that failed for now: exponential backoff with full jitter, bounded,
 //! and cut short by cancellation.
+//! Must not reach: `api`, `store`
+//! (the cluster's protocol only; what to push is `delivery::push`'s).
 
 use std::future::Future;
 use std::time::Duration;

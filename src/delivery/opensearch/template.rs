@@ -2,6 +2,8 @@
 //! and routing values (from row columns).
 //!
 //! Templates are text with `{placeholder}`s; `{{` and `}}` stand for literal braces.
+//! Must not reach: `api`, `store`
+//! (the cluster's protocol only; what to push is `delivery::push`'s).
 
 use std::fmt;
 

@@ -1,5 +1,6 @@
 //! Property-style checks against reference implementations, and the
 //! (ignored) throughput check.
+//! Must not reach: the rest of the crate (Arrow arrays in, bytes out).
 
 use super::*;
 
