@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use arrow::array::RecordBatch;
+use futures::FutureExt;
 
 use super::error::FeedError;
 use super::events::{BatchHead, EventBatch, EventSink, RenderedSink, SchemaEntry};
@@ -52,6 +53,50 @@ pub struct PageEnd {
 
 /// Parsed schemas by (table, schema id); schemas of published change sets never change.
 type SchemaCache = Arc<Mutex<HashMap<(TableId, i32), Arc<SchemaEntry>>>>;
+
+/// Renders `batches`, events `first .. first + len` of a segment.
+fn render_rows(
+    head: BatchHead<'_>,
+    batches: &[RecordBatch],
+    first: usize,
+    len: usize,
+    options: &JsonOptions,
+) -> Result<RenderedChunk, FeedError> {
+    let segment = head.segment;
+    let inserts = segment.layout == "inserts";
+    let meta = EventMeta::new(head.table, segment);
+    let mut chunk = RenderedChunk::with_capacity(len);
+    let mut at = first;
+    for batch in batches {
+        let events = EventBatch::new(head, segment.first_event + at as i64, batch, inserts)?;
+        render_chunk(&events, options, &meta, &mut chunk)?;
+        at += events.rows;
+    }
+    // Fewer rows than the index counts: the segment is not what was published.
+    if chunk.len() != len {
+        return Err(FeedError::Corrupt(segment.path.clone()));
+    }
+    metrics::counter!(EVENTS_RENDERED.name).increment(len as u64);
+    Ok(chunk)
+}
+
+/// Rows `offset .. offset + len` of consecutive `batches` (fewer if they hold fewer).
+fn slice_rows(batches: &[RecordBatch], mut offset: usize, mut len: usize) -> Vec<RecordBatch> {
+    let mut rows = Vec::new();
+    for batch in batches {
+        if len == 0 {
+            break;
+        }
+        if offset >= batch.num_rows() {
+            offset -= batch.num_rows();
+            continue;
+        }
+        let take = len.min(batch.num_rows() - offset);
+        rows.push(batch.slice(offset, take));
+        (offset, len) = (0, len - take);
+    }
+    rows
+}
 
 /// Whether `segment` holds events after `position`.
 fn holds_after(segment: &SegmentRecord, position: Position) -> bool {
@@ -281,10 +326,12 @@ impl Feed {
             // render the chunks that page needs on the other core while this one is read,
             // copied, sent and parsed.
             let ahead = (first + len + request.limit).min(total);
-            for next in (index + 1..ahead.div_ceil(CHUNK_EVENTS)).take(MAX_AHEAD) {
-                let key = chunk_key(head, next, options, request);
-                self.prefetch(head, entry, key, options);
-            }
+            let missing: Vec<ChunkKey> = (index + 1..ahead.div_ceil(CHUNK_EVENTS))
+                .take(MAX_AHEAD)
+                .map(|next| chunk_key(head, next, options, request))
+                .filter(|key| !self.rendered.contains(key))
+                .collect();
+            self.prefetch(head, entry, missing, options);
             selected.clear();
             let mut examined = offset - first;
             while examined < len && end.count + selected.len() < request.limit {
@@ -308,38 +355,62 @@ impl Feed {
         Ok(offset - start)
     }
 
-    /// Renders chunk `index` of a segment into the shared cache in the background, unless
-    /// it is kept (one being rendered is waited for, not rendered twice); a failure is
-    /// left for a reader to meet.
+    /// Renders the chunks `keys` (ascending, of one segment) into the shared cache in the
+    /// background, each on a core of its own once their rows are decoded in one read
+    /// (every read of a Parquet file sets up each column's decompressor again). Readers
+    /// asking for one of them meanwhile wait for it; a failure is left for a reader to meet.
     fn prefetch(
         &self,
         head: BatchHead<'_>,
         entry: &Arc<SchemaEntry>,
-        key: ChunkKey,
+        keys: Vec<ChunkKey>,
         options: JsonOptions,
     ) {
-        if self.rendered.contains(&key) {
+        let (Some(low), Some(high)) = (keys.first(), keys.last()) else {
             return;
-        }
-        let (feed, entry) = (self.clone(), entry.clone());
-        let (table, segment) = (head.table.clone(), head.segment.clone());
-        let (key_columns, columns) = (head.key.to_vec(), head.columns.to_vec());
-        let whole_rows = head.whole_rows;
-        tokio::spawn(async move {
-            let head = BatchHead {
-                table: &table,
-                segment: &segment,
-                schema: &entry,
-                key: &key_columns,
-                columns: &columns,
-                whole_rows,
-            };
-            let (first, len) = chunk_span(key.index, segment.event_count as usize);
-            let render = feed.render(head, &entry, first, len, &options);
-            if let Err(e) = feed.rendered.get(key, render).await {
-                tracing::debug!(segment = %segment.path, error = %e, "rendering ahead failed");
+        };
+        let total = head.segment.event_count as usize;
+        let from = chunk_span(low.index, total).0;
+        let (last, last_len) = chunk_span(high.index, total);
+        let decoded = {
+            let (feed, entry, segment) = (self.clone(), entry.clone(), head.segment.clone());
+            async move {
+                let batches = feed.read_rows(&segment, &entry, from, last + last_len - from);
+                batches.await.map(Arc::new).map_err(Arc::new)
             }
-        });
+            .boxed()
+            .shared()
+        };
+        for key in keys {
+            let (feed, entry, decoded) = (self.clone(), entry.clone(), decoded.clone());
+            let (table, segment) = (head.table.clone(), head.segment.clone());
+            let (key_columns, columns) = (head.key.to_vec(), head.columns.to_vec());
+            let whole_rows = head.whole_rows;
+            tokio::spawn(async move {
+                let head = BatchHead {
+                    table: &table,
+                    segment: &segment,
+                    schema: &entry,
+                    key: &key_columns,
+                    columns: &columns,
+                    whole_rows,
+                };
+                let (first, len) = chunk_span(key.index, total);
+                let render = async {
+                    let batches = decoded.await?;
+                    render_rows(
+                        head,
+                        &slice_rows(&batches, first - from, len),
+                        first,
+                        len,
+                        &options,
+                    )
+                };
+                if let Err(e) = feed.rendered.get(key, render).await {
+                    tracing::debug!(segment = %segment.path, error = %e, "rendering ahead failed");
+                }
+            });
+        }
     }
 
     /// Events `first .. first + len` of a segment, rendered.
@@ -351,23 +422,8 @@ impl Feed {
         len: usize,
         options: &JsonOptions,
     ) -> Result<RenderedChunk, FeedError> {
-        let segment = head.segment;
-        let inserts = segment.layout == "inserts";
-        let batches = self.read_rows(segment, entry, first, len).await?;
-        let meta = EventMeta::new(head.table, segment);
-        let mut chunk = RenderedChunk::with_capacity(len);
-        let mut at = first;
-        for batch in &batches {
-            let events = EventBatch::new(head, segment.first_event + at as i64, batch, inserts)?;
-            render_chunk(&events, options, &meta, &mut chunk)?;
-            at += events.rows;
-        }
-        // Fewer rows than the index counts: the segment is not what was published.
-        if chunk.len() != len {
-            return Err(FeedError::Corrupt(segment.path.clone()));
-        }
-        metrics::counter!(EVENTS_RENDERED.name).increment(len as u64);
-        Ok(chunk)
+        let batches = self.read_rows(head.segment, entry, first, len).await?;
+        render_rows(head, &batches, first, len, options)
     }
 
     /// Events `offset .. offset + count` of `segment` as stored: a copied source file
@@ -439,5 +495,43 @@ impl Feed {
             .expect("schema cache")
             .insert((table, schema_id), entry.clone());
         Ok(entry)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Array, Int64Array};
+
+    use super::*;
+
+    fn batch(values: std::ops::Range<i64>) -> RecordBatch {
+        let column = Arc::new(Int64Array::from_iter_values(values));
+        RecordBatch::try_from_iter([("v", column as _)]).unwrap()
+    }
+
+    fn values(batches: &[RecordBatch]) -> Vec<i64> {
+        batches
+            .iter()
+            .flat_map(|b| {
+                let column = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+                column.values().to_vec()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rows_are_sliced_across_batches() {
+        let batches = [batch(0..4), batch(4..6), batch(6..10)];
+        assert_eq!(values(&slice_rows(&batches, 3, 5)), [3, 4, 5, 6, 7]);
+        assert_eq!(values(&slice_rows(&batches, 4, 2)), [4, 5]);
+        assert_eq!(
+            values(&slice_rows(&batches, 0, 10)),
+            (0..10).collect::<Vec<_>>()
+        );
+        // Past the rows held: what there is, which a rendering then finds short.
+        assert_eq!(values(&slice_rows(&batches, 8, 5)), [8, 9]);
+        assert!(slice_rows(&batches, 10, 1).is_empty());
     }
 }
