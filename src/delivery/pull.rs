@@ -4,7 +4,7 @@
 //! Must not reach: `api`, `workers`
 //! (delivery renders and sends; the HTTP layer and workers call it).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use arrow::array::RecordBatch;
@@ -53,6 +53,15 @@ pub struct PageEnd {
 
 /// Parsed schemas by (table, schema id); schemas of published change sets never change.
 type SchemaCache = Arc<Mutex<HashMap<(TableId, i32), Arc<SchemaEntry>>>>;
+
+/// Takes a chunk off [`Feed::ahead`] when its rendering ahead ends, however it ends.
+struct RenderedAhead(Arc<Mutex<HashSet<ChunkKey>>>, ChunkKey);
+
+impl Drop for RenderedAhead {
+    fn drop(&mut self) {
+        self.0.lock().expect("chunks ahead").remove(&self.1);
+    }
+}
 
 /// Renders `batches`, events `first .. first + len` of a segment.
 fn render_rows(
@@ -134,6 +143,9 @@ pub struct Feed {
     reader: SegmentReader,
     schemas: SchemaCache,
     rendered: RenderedCache,
+    /// Chunks being rendered ahead: a reader that would ask for one again (the cache does
+    /// not show them until they are rendered) leaves it out of the rows it decodes.
+    ahead: Arc<Mutex<HashSet<ChunkKey>>>,
 }
 
 impl Feed {
@@ -144,6 +156,7 @@ impl Feed {
             reader,
             schemas: Default::default(),
             rendered: RenderedCache::new(rendered::CACHE_BYTES),
+            ahead: Default::default(),
         }
     }
 
@@ -366,6 +379,12 @@ impl Feed {
         keys: Vec<ChunkKey>,
         options: JsonOptions,
     ) {
+        let keys: Vec<ChunkKey> = {
+            let mut ahead = self.ahead.lock().expect("chunks ahead");
+            keys.into_iter()
+                .filter(|k| ahead.insert(k.clone()))
+                .collect()
+        };
         let (Some(low), Some(high)) = (keys.first(), keys.last()) else {
             return;
         };
@@ -386,7 +405,9 @@ impl Feed {
             let (table, segment) = (head.table.clone(), head.segment.clone());
             let (key_columns, columns) = (head.key.to_vec(), head.columns.to_vec());
             let whole_rows = head.whole_rows;
+            let done = RenderedAhead(feed.ahead.clone(), key.clone());
             tokio::spawn(async move {
+                let _done = done;
                 let head = BatchHead {
                     table: &table,
                     segment: &segment,
