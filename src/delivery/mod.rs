@@ -5,6 +5,7 @@
 //! (delivery renders and sends; the HTTP layer and workers call it).
 
 pub mod arrow_page;
+mod decoded;
 mod error;
 mod events;
 pub mod json_page;

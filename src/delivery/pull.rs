@@ -8,8 +8,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use arrow::array::RecordBatch;
-use futures::FutureExt;
 
+use super::decoded::{self, DecodedCache};
 use super::error::FeedError;
 use super::events::{BatchHead, EventBatch, EventSink, RenderedSink, SchemaEntry};
 use super::json_page::{EventMeta, render_chunk};
@@ -89,24 +89,6 @@ fn render_rows(
     Ok(chunk)
 }
 
-/// Rows `offset .. offset + len` of consecutive `batches` (fewer if they hold fewer).
-fn slice_rows(batches: &[RecordBatch], mut offset: usize, mut len: usize) -> Vec<RecordBatch> {
-    let mut rows = Vec::new();
-    for batch in batches {
-        if len == 0 {
-            break;
-        }
-        if offset >= batch.num_rows() {
-            offset -= batch.num_rows();
-            continue;
-        }
-        let take = len.min(batch.num_rows() - offset);
-        rows.push(batch.slice(offset, take));
-        (offset, len) = (0, len - take);
-    }
-    rows
-}
-
 /// Whether `segment` holds events after `position`.
 fn holds_after(segment: &SegmentRecord, position: Position) -> bool {
     segment.ordinal > position.ordinal
@@ -143,8 +125,9 @@ pub struct Feed {
     reader: SegmentReader,
     schemas: SchemaCache,
     rendered: RenderedCache,
-    /// Chunks being rendered ahead: a reader that would ask for one again (the cache does
-    /// not show them until they are rendered) leaves it out of the rows it decodes.
+    decoded: DecodedCache,
+    /// Chunks being rendered ahead: a reader that would render one ahead again (the
+    /// cache does not show them until they are rendered) leaves it to the task at it.
     ahead: Arc<Mutex<HashSet<ChunkKey>>>,
 }
 
@@ -156,6 +139,7 @@ impl Feed {
             reader,
             schemas: Default::default(),
             rendered: RenderedCache::new(rendered::CACHE_BYTES),
+            decoded: DecodedCache::new(decoded::CACHE_BYTES),
             ahead: Default::default(),
         }
     }
@@ -282,7 +266,7 @@ impl Feed {
                 wanted
             }
             .min(total - offset);
-            let batches = self.read_rows(segment, &entry, offset, chunk).await?;
+            let batches = self.rows(segment, &entry, offset, chunk).await?;
             if batches.iter().all(|b| b.num_rows() == 0) {
                 return Err(FeedError::Corrupt(segment.path.clone()));
             }
@@ -368,10 +352,10 @@ impl Feed {
         Ok(offset - start)
     }
 
-    /// Renders the chunks `keys` (ascending, of one segment) into the shared cache in the
-    /// background, each on a core of its own once their rows are decoded in one read
-    /// (every read of a Parquet file sets up each column's decompressor again). Readers
-    /// asking for one of them meanwhile wait for it; a failure is left for a reader to meet.
+    /// Renders the chunks `keys` into the shared cache in the background, each on a core
+    /// of its own (their rows come from the windows of [`DecodedCache`], decoded once).
+    /// Readers asking for one of them meanwhile wait for it; a failure is left for a
+    /// reader to meet.
     fn prefetch(
         &self,
         head: BatchHead<'_>,
@@ -385,23 +369,9 @@ impl Feed {
                 .filter(|k| ahead.insert(k.clone()))
                 .collect()
         };
-        let (Some(low), Some(high)) = (keys.first(), keys.last()) else {
-            return;
-        };
         let total = head.segment.event_count as usize;
-        let from = chunk_span(low.index, total).0;
-        let (last, last_len) = chunk_span(high.index, total);
-        let decoded = {
-            let (feed, entry, segment) = (self.clone(), entry.clone(), head.segment.clone());
-            async move {
-                let batches = feed.read_rows(&segment, &entry, from, last + last_len - from);
-                batches.await.map(Arc::new).map_err(Arc::new)
-            }
-            .boxed()
-            .shared()
-        };
         for key in keys {
-            let (feed, entry, decoded) = (self.clone(), entry.clone(), decoded.clone());
+            let (feed, entry) = (self.clone(), entry.clone());
             let (table, segment) = (head.table.clone(), head.segment.clone());
             let (key_columns, columns) = (head.key.to_vec(), head.columns.to_vec());
             let whole_rows = head.whole_rows;
@@ -417,16 +387,7 @@ impl Feed {
                     whole_rows,
                 };
                 let (first, len) = chunk_span(key.index, total);
-                let render = async {
-                    let batches = decoded.await?;
-                    render_rows(
-                        head,
-                        &slice_rows(&batches, first - from, len),
-                        first,
-                        len,
-                        &options,
-                    )
-                };
+                let render = feed.render(head, &entry, first, len, &options);
                 if let Err(e) = feed.rendered.get(key, render).await {
                     tracing::debug!(segment = %segment.path, error = %e, "rendering ahead failed");
                 }
@@ -443,8 +404,23 @@ impl Feed {
         len: usize,
         options: &JsonOptions,
     ) -> Result<RenderedChunk, FeedError> {
-        let batches = self.read_rows(head.segment, entry, first, len).await?;
+        let batches = self.rows(head.segment, entry, first, len).await?;
         render_rows(head, &batches, first, len, options)
+    }
+
+    /// Events `offset .. offset + count` of `segment`, through the shared windows.
+    async fn rows(
+        &self,
+        segment: &SegmentRecord,
+        entry: &SchemaEntry,
+        offset: usize,
+        count: usize,
+    ) -> Result<Vec<RecordBatch>, FeedError> {
+        let total = segment.event_count as usize;
+        let decode = |first, len| self.read_rows(segment, entry, first, len);
+        (self.decoded)
+            .rows(&segment.path, total, offset, count, decode)
+            .await
     }
 
     /// Events `offset .. offset + count` of `segment` as stored: a copied source file
@@ -516,43 +492,5 @@ impl Feed {
             .expect("schema cache")
             .insert((table, schema_id), entry.clone());
         Ok(entry)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use arrow::array::{Array, Int64Array};
-
-    use super::*;
-
-    fn batch(values: std::ops::Range<i64>) -> RecordBatch {
-        let column = Arc::new(Int64Array::from_iter_values(values));
-        RecordBatch::try_from_iter([("v", column as _)]).unwrap()
-    }
-
-    fn values(batches: &[RecordBatch]) -> Vec<i64> {
-        batches
-            .iter()
-            .flat_map(|b| {
-                let column = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
-                column.values().to_vec()
-            })
-            .collect()
-    }
-
-    #[test]
-    fn rows_are_sliced_across_batches() {
-        let batches = [batch(0..4), batch(4..6), batch(6..10)];
-        assert_eq!(values(&slice_rows(&batches, 3, 5)), [3, 4, 5, 6, 7]);
-        assert_eq!(values(&slice_rows(&batches, 4, 2)), [4, 5]);
-        assert_eq!(
-            values(&slice_rows(&batches, 0, 10)),
-            (0..10).collect::<Vec<_>>()
-        );
-        // Past the rows held: what there is, which a rendering then finds short.
-        assert_eq!(values(&slice_rows(&batches, 8, 5)), [8, 9]);
-        assert!(slice_rows(&batches, 10, 1).is_empty());
     }
 }

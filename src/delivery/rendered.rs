@@ -18,9 +18,7 @@ use crate::changes::ChangeStoreError;
 use crate::changes::json::JsonOptions;
 use crate::store::TableId;
 
-/// Events per chunk. Reading rows from the middle of a Parquet page decodes the page
-/// from its start (a page holds some 10–20K rows of a column), so a chunk spans many
-/// pages of the default `limit` (1000) to decode each page about once, and stays a few MB.
+/// Events per chunk: many pages of the default `limit` (1000), and a few MB rendered.
 pub const CHUNK_EVENTS: usize = 8192;
 
 /// Bytes of rendered events a node keeps by default.
@@ -152,6 +150,7 @@ impl From<Arc<FeedError>> for FeedError {
                     error_id: *error_id,
                 })
             }
+            FeedError::Corrupt(segment) => FeedError::Corrupt(segment.clone()),
             other => FeedError::Shared(other.to_string()),
         })
     }
