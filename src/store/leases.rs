@@ -28,7 +28,7 @@ impl Store {
         owner: &str,
         ttl: Duration,
     ) -> Result<Option<Lease>, StoreError> {
-        let epoch: Option<i64> = sqlx::query_scalar(
+        let epoch: Option<i64> = sqlx::query_scalar!(
             r#"
             INSERT INTO leases (name, owner, epoch, expires_at)
             VALUES ($1, $2, 1, now() + make_interval(secs => $3))
@@ -39,10 +39,10 @@ impl Store {
              WHERE leases.expires_at <= now()
             RETURNING epoch
             "#,
+            name,
+            owner,
+            ttl.as_secs_f64()
         )
-        .bind(name)
-        .bind(owner)
-        .bind(ttl.as_secs_f64())
         .fetch_optional(&self.pool)
         .await?;
         Ok(epoch.map(|epoch| Lease {
@@ -54,16 +54,16 @@ impl Store {
 
     /// Extends a held lease; `LeaseLost` when it expired or another node took it.
     pub async fn renew_lease(&self, lease: &Lease, ttl: Duration) -> Result<(), StoreError> {
-        let done = sqlx::query(
+        let done = sqlx::query!(
             r#"
             UPDATE leases SET expires_at = now() + make_interval(secs => $4)
              WHERE name = $1 AND owner = $2 AND epoch = $3 AND expires_at > now()
             "#,
+            lease.name,
+            lease.owner,
+            lease.epoch,
+            ttl.as_secs_f64()
         )
-        .bind(&lease.name)
-        .bind(&lease.owner)
-        .bind(lease.epoch)
-        .bind(ttl.as_secs_f64())
         .execute(&self.pool)
         .await?;
         if done.rows_affected() == 1 {
@@ -75,12 +75,12 @@ impl Store {
 
     /// Gives a lease up so that any node may take it at once.
     pub async fn release_lease(&self, lease: &Lease) -> Result<(), StoreError> {
-        sqlx::query(
+        sqlx::query!(
             "UPDATE leases SET expires_at = now() WHERE name = $1 AND owner = $2 AND epoch = $3",
+            lease.name,
+            lease.owner,
+            lease.epoch
         )
-        .bind(&lease.name)
-        .bind(&lease.owner)
-        .bind(lease.epoch)
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -93,16 +93,16 @@ pub(super) async fn fence(
     tx: &mut Transaction<'_, Postgres>,
     lease: &Lease,
 ) -> Result<(), StoreError> {
-    let held: Option<i32> = sqlx::query_scalar(
+    let held: Option<i32> = sqlx::query_scalar!(
         r#"
-        SELECT 1 FROM leases
+        SELECT 1 AS "held!" FROM leases
          WHERE name = $1 AND owner = $2 AND epoch = $3 AND expires_at > now()
            FOR UPDATE
         "#,
+        lease.name,
+        lease.owner,
+        lease.epoch
     )
-    .bind(&lease.name)
-    .bind(&lease.owner)
-    .bind(lease.epoch)
     .fetch_optional(&mut **tx)
     .await?;
     match held {

@@ -134,7 +134,7 @@ impl Store {
     /// True when the database answers and every embedded migration is applied.
     pub async fn ready(&self) -> Result<bool, StoreError> {
         let applied: Vec<i64> =
-            sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+            sqlx::query_scalar!("SELECT version FROM _sqlx_migrations WHERE success")
                 .fetch_all(&self.pool)
                 .await?;
         Ok(MIGRATOR.iter().all(|m| applied.contains(&m.version)))

@@ -32,7 +32,7 @@ pub enum SubscriptionState {
 }
 
 /// A subscription as stored.
-#[derive(Clone, Debug, sqlx::FromRow)]
+#[derive(Clone, Debug)]
 pub struct Subscription {
     pub id: Uuid,
     pub name: String,
@@ -55,7 +55,6 @@ pub struct SubscribedTable {
     pub delivered: Position,
 }
 
-#[derive(sqlx::FromRow)]
 struct SlotRow {
     slot: i32,
     table_id: TableId,
@@ -138,9 +137,6 @@ pub struct FeedLag {
     pub oldest_committed_at: Option<DateTime<Utc>>,
 }
 
-const COLUMNS: &str =
-    "id, name, kind, state, ops, columns, start_position, last_error, created_at, updated_at";
-
 impl Store {
     /// Creates a subscription; `Conflict` when the name is taken.
     pub async fn insert_subscription(
@@ -148,41 +144,45 @@ impl Store {
         s: &NewSubscription,
     ) -> Result<Subscription, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let sql = format!(
-            "INSERT INTO subscriptions (id, name, kind, state, ops, columns, start_position) \
-             VALUES ($1, $2, $3, 'active', $4, $5, $6) RETURNING {COLUMNS}"
-        );
-        let subscription: Subscription = sqlx::query_as(&sql)
-            .bind(s.id)
-            .bind(&s.name)
-            .bind(s.kind)
-            .bind(&s.ops)
-            .bind(&s.columns)
-            .bind(&s.start_position)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(|e| StoreError::from_unique(e, "a subscription with this name exists"))?;
-        let tables: Vec<TableId> = s.tables.iter().map(|(t, _)| *t).collect();
+        let subscription = sqlx::query_as!(
+            Subscription,
+            r#"INSERT INTO subscriptions (id, name, kind, state, ops, columns, start_position)
+               VALUES ($1, $2, $3, 'active', $4, $5, $6)
+               RETURNING id, name, kind, state AS "state: SubscriptionState", ops, columns,
+                         start_position, last_error, created_at, updated_at"#,
+            s.id,
+            s.name,
+            s.kind,
+            &s.ops,
+            s.columns.as_deref(),
+            s.start_position
+        )
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| StoreError::from_unique(e, "a subscription with this name exists"))?;
+        let tables: Vec<Uuid> = s.tables.iter().map(|(t, _)| t.0).collect();
         let ordinals: Vec<i64> = s.tables.iter().map(|(_, p)| p.ordinal).collect();
         let consumed: Vec<i64> = s.tables.iter().map(|(_, p)| p.consumed).collect();
-        sqlx::query(
+        sqlx::query!(
             "INSERT INTO subscription_tables (subscription_id, slot, table_id, \
                committed_ordinal, committed_consumed, delivered_ordinal, delivered_consumed) \
              SELECT $1, n::int - 1, t, o, c, o, c \
                FROM unnest($2::uuid[], $3::bigint[], $4::bigint[]) WITH ORDINALITY AS u(t, o, c, n)",
+            s.id,
+            &tables,
+            &ordinals,
+            &consumed
         )
-        .bind(s.id)
-        .bind(&tables)
-        .bind(&ordinals)
-        .bind(&consumed)
         .execute(&mut *tx)
         .await?;
         if let Some(target) = &s.target {
-            sqlx::query("INSERT INTO push_targets (subscription_id, target) VALUES ($1, $2)")
-                .bind(s.id)
-                .bind(target)
-                .execute(&mut *tx)
-                .await?;
+            sqlx::query!(
+                "INSERT INTO push_targets (subscription_id, target) VALUES ($1, $2)",
+                s.id,
+                target
+            )
+            .execute(&mut *tx)
+            .await?;
             announce_subscription(&mut *tx, s.id).await?;
         }
         tx.commit().await?;
@@ -191,8 +191,14 @@ impl Store {
 
     /// All subscriptions, oldest first.
     pub async fn list_subscriptions(&self) -> Result<Vec<Subscription>, StoreError> {
-        let sql = format!("SELECT {COLUMNS} FROM subscriptions ORDER BY created_at, id");
-        Ok(sqlx::query_as(&sql).fetch_all(&self.pool).await?)
+        Ok(sqlx::query_as!(
+            Subscription,
+            r#"SELECT id, name, kind, state AS "state: SubscriptionState", ops, columns,
+                      start_position, last_error, created_at, updated_at
+                 FROM subscriptions ORDER BY created_at, id"#
+        )
+        .fetch_all(&self.pool)
+        .await?)
     }
 
     /// How far subscription `id` is behind on all its tables, as the store has it now.
@@ -208,26 +214,29 @@ impl Store {
     /// A subscription by id or by name.
     pub async fn find_subscription(&self, id_or_name: &str) -> Result<Subscription, StoreError> {
         let id = Uuid::parse_str(id_or_name).ok();
-        let sql = format!(
-            "SELECT {COLUMNS} FROM subscriptions WHERE ($1::uuid IS NOT NULL AND id = $1) \
-               OR ($1::uuid IS NULL AND name = $2)"
-        );
-        sqlx::query_as(&sql)
-            .bind(id)
-            .bind(id_or_name)
-            .fetch_optional(&self.pool)
-            .await?
-            .ok_or(StoreError::NotFound)
+        sqlx::query_as!(
+            Subscription,
+            r#"SELECT id, name, kind, state AS "state: SubscriptionState", ops, columns,
+                      start_position, last_error, created_at, updated_at
+                 FROM subscriptions WHERE ($1::uuid IS NOT NULL AND id = $1)
+                   OR ($1::uuid IS NULL AND name = $2)"#,
+            id,
+            id_or_name
+        )
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or(StoreError::NotFound)
     }
 
     /// The tables of a subscription in slot order.
     pub async fn subscribed_tables(&self, id: Uuid) -> Result<Vec<SubscribedTable>, StoreError> {
-        let rows: Vec<SlotRow> = sqlx::query_as(
-            "SELECT slot, table_id, committed_ordinal, committed_consumed, delivered_ordinal, \
-                    delivered_consumed \
-               FROM subscription_tables WHERE subscription_id = $1 ORDER BY slot",
+        let rows = sqlx::query_as!(
+            SlotRow,
+            r#"SELECT slot, table_id AS "table_id: TableId", committed_ordinal, committed_consumed,
+                      delivered_ordinal, delivered_consumed
+                 FROM subscription_tables WHERE subscription_id = $1 ORDER BY slot"#,
+            id
         )
-        .bind(id)
         .fetch_all(&self.pool)
         .await?;
         Ok(rows.into_iter().map(Into::into).collect())
@@ -235,11 +244,11 @@ impl Store {
 
     /// Names of the subscriptions reading a table.
     pub async fn subscriptions_of_table(&self, table: TableId) -> Result<Vec<String>, StoreError> {
-        Ok(sqlx::query_scalar(
+        Ok(sqlx::query_scalar!(
             "SELECT s.name FROM subscriptions s JOIN subscription_tables t \
                ON t.subscription_id = s.id WHERE t.table_id = $1 ORDER BY s.name",
+            table.0
         )
-        .bind(table)
         .fetch_all(&self.pool)
         .await?)
     }
@@ -250,18 +259,20 @@ impl Store {
         id: Uuid,
         paused: bool,
     ) -> Result<Subscription, StoreError> {
-        let sql = format!(
-            "UPDATE subscriptions SET state = CASE WHEN $2 THEN 'paused' ELSE 'active' END, \
-               last_error = CASE WHEN $2 THEN last_error ELSE NULL END, updated_at = now() \
-             WHERE id = $1 RETURNING {COLUMNS}"
-        );
         let mut tx = self.pool.begin().await?;
-        let subscription = sqlx::query_as(&sql)
-            .bind(id)
-            .bind(paused)
-            .fetch_optional(&mut *tx)
-            .await?
-            .ok_or(StoreError::NotFound)?;
+        let subscription = sqlx::query_as!(
+            Subscription,
+            r#"UPDATE subscriptions SET state = CASE WHEN $2 THEN 'paused' ELSE 'active' END,
+                      last_error = CASE WHEN $2 THEN last_error ELSE NULL END, updated_at = now()
+                WHERE id = $1
+            RETURNING id, name, kind, state AS "state: SubscriptionState", ops, columns,
+                      start_position, last_error, created_at, updated_at"#,
+            id,
+            paused
+        )
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(StoreError::NotFound)?;
         wake_subscription(&mut tx, id).await?;
         tx.commit().await?;
         Ok(subscription)
@@ -272,8 +283,7 @@ impl Store {
         let mut tx = self.pool.begin().await?;
         // Before the delete, while its tables are still listed.
         wake_subscription(&mut tx, id).await?;
-        let done = sqlx::query("DELETE FROM subscriptions WHERE id = $1")
-            .bind(id)
+        let done = sqlx::query!("DELETE FROM subscriptions WHERE id = $1", id)
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -286,7 +296,20 @@ impl Store {
         id: Uuid,
         positions: &[Position],
     ) -> Result<(), StoreError> {
-        self.raise_positions(id, positions, "delivered").await
+        let (ordinals, consumed) = columns_of(positions);
+        sqlx::query!(
+            "UPDATE subscription_tables t \
+                SET delivered_ordinal = u.o, delivered_consumed = u.c \
+               FROM unnest($2::bigint[], $3::bigint[]) WITH ORDINALITY AS u(o, c, n) \
+              WHERE t.subscription_id = $1 AND t.slot = u.n - 1 \
+                AND (u.o, u.c) > (t.delivered_ordinal, t.delivered_consumed)",
+            id,
+            &ordinals,
+            &consumed
+        )
+        .execute(&self.pool)
+        .await?;
+        Ok(())
     }
 
     /// Commits positions; the caller has checked they lie between committed and delivered.
@@ -295,28 +318,19 @@ impl Store {
         id: Uuid,
         positions: &[Position],
     ) -> Result<(), StoreError> {
-        self.raise_positions(id, positions, "committed").await
-    }
-
-    async fn raise_positions(
-        &self,
-        id: Uuid,
-        positions: &[Position],
-        which: &str,
-    ) -> Result<(), StoreError> {
-        let sql = format!(
+        let (ordinals, consumed) = columns_of(positions);
+        sqlx::query!(
             "UPDATE subscription_tables t \
-                SET {which}_ordinal = u.o, {which}_consumed = u.c \
+                SET committed_ordinal = u.o, committed_consumed = u.c \
                FROM unnest($2::bigint[], $3::bigint[]) WITH ORDINALITY AS u(o, c, n) \
               WHERE t.subscription_id = $1 AND t.slot = u.n - 1 \
-                AND (u.o, u.c) > (t.{which}_ordinal, t.{which}_consumed)"
-        );
-        sqlx::query(&sql)
-            .bind(id)
-            .bind(positions.iter().map(|p| p.ordinal).collect::<Vec<_>>())
-            .bind(positions.iter().map(|p| p.consumed).collect::<Vec<_>>())
-            .execute(&self.pool)
-            .await?;
+                AND (u.o, u.c) > (t.committed_ordinal, t.committed_consumed)",
+            id,
+            &ordinals,
+            &consumed
+        )
+        .execute(&self.pool)
+        .await?;
         Ok(())
     }
 
@@ -330,26 +344,28 @@ impl Store {
         table: TableId,
         p: Position,
     ) -> Result<Option<Position>, StoreError> {
-        let (last, floor_ordinal, floor_events, count, next): (
-            i64,
-            i64,
-            i64,
-            Option<i64>,
-            Option<i64>,
-        ) = sqlx::query_as(
+        let row = sqlx::query!(
             "SELECT t.last_ordinal, t.pruned_through_ordinal, t.pruned_through_events, \
-                    (SELECT event_count FROM change_sets WHERE table_id = $1 AND ordinal = $2), \
+                    (SELECT event_count FROM change_sets WHERE table_id = $1 AND ordinal = $2) \
+                      AS count, \
                     (SELECT min(ordinal) FROM change_sets WHERE table_id = $1 \
                        AND event_count > 0 \
-                       AND (ordinal > $2 OR (ordinal = $2 AND event_count > $3))) \
+                       AND (ordinal > $2 OR (ordinal = $2 AND event_count > $3))) AS next \
                FROM source_tables t WHERE t.id = $1",
+            table.0,
+            p.ordinal,
+            p.consumed
         )
-        .bind(table)
-        .bind(p.ordinal)
-        .bind(p.consumed)
         .fetch_optional(&self.pool)
         .await?
         .ok_or(StoreError::NotFound)?;
+        let (last, floor_ordinal, floor_events, count, next) = (
+            row.last_ordinal,
+            row.pruned_through_ordinal,
+            row.pruned_through_events,
+            row.count,
+            row.next,
+        );
         if beyond(p, last, (floor_ordinal, floor_events), count) {
             return Ok(None);
         }
@@ -376,18 +392,19 @@ impl Store {
     /// reader stands) is not beyond, nor is a position in the pruned prefix (it is gone,
     /// which [`Floor::is_gone`](super::Floor::is_gone) tells).
     pub async fn is_beyond_feed(&self, table: TableId, p: Position) -> Result<bool, StoreError> {
-        let (last, floor_ordinal, floor_events, count): (i64, i64, i64, Option<i64>) =
-            sqlx::query_as(
-                "SELECT t.last_ordinal, t.pruned_through_ordinal, t.pruned_through_events, \
-                        (SELECT event_count FROM change_sets WHERE table_id = $1 AND ordinal = $2) \
-                   FROM source_tables t WHERE t.id = $1",
-            )
-            .bind(table)
-            .bind(p.ordinal)
-            .fetch_optional(&self.pool)
-            .await?
-            .ok_or(StoreError::NotFound)?;
-        Ok(beyond(p, last, (floor_ordinal, floor_events), count))
+        let row = sqlx::query!(
+            "SELECT t.last_ordinal, t.pruned_through_ordinal, t.pruned_through_events, \
+                    (SELECT event_count FROM change_sets WHERE table_id = $1 AND ordinal = $2) \
+                      AS count \
+               FROM source_tables t WHERE t.id = $1",
+            table.0,
+            p.ordinal
+        )
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or(StoreError::NotFound)?;
+        let floor = (row.pruned_through_ordinal, row.pruned_through_events);
+        Ok(beyond(p, row.last_ordinal, floor, row.count))
     }
 
     /// The ordinal of the change set published for `snapshot_id` (the newest, for a
@@ -397,11 +414,11 @@ impl Store {
         table: TableId,
         snapshot_id: i64,
     ) -> Result<Option<i64>, StoreError> {
-        Ok(sqlx::query_scalar(
+        Ok(sqlx::query_scalar!(
             "SELECT max(ordinal) FROM change_sets WHERE table_id = $1 AND snapshot_id = $2",
+            table.0,
+            snapshot_id
         )
-        .bind(table)
-        .bind(snapshot_id)
         .fetch_one(&self.pool)
         .await?)
     }
@@ -412,41 +429,44 @@ impl Store {
         table: TableId,
         at: DateTime<Utc>,
     ) -> Result<Option<i64>, StoreError> {
-        Ok(sqlx::query_scalar(
+        Ok(sqlx::query_scalar!(
             "SELECT min(ordinal) FROM change_sets WHERE table_id = $1 AND committed_at >= $2",
+            table.0,
+            at
         )
-        .bind(table)
-        .bind(at)
         .fetch_one(&self.pool)
         .await?)
     }
 
     /// The first retained change set's ordinal (or the next to be published).
     pub async fn first_retained_ordinal(&self, table: TableId) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar(
-            "SELECT coalesce((SELECT min(ordinal) FROM change_sets WHERE table_id = $1), \
-                             (SELECT last_ordinal + 1 FROM source_tables WHERE id = $1))",
+        // `!`: no row for the table is an error, as it was before the macros.
+        Ok(sqlx::query_scalar!(
+            r#"SELECT coalesce((SELECT min(ordinal) FROM change_sets WHERE table_id = $1),
+                               (SELECT last_ordinal + 1 FROM source_tables WHERE id = $1))
+                        AS "ordinal!""#,
+            table.0
         )
-        .bind(table)
         .fetch_one(&self.pool)
         .await?)
     }
 
     /// How far `table`'s published feed is ahead of canonical position `p`.
     pub async fn feed_lag(&self, table: TableId, p: Position) -> Result<FeedLag, StoreError> {
-        let (events, change_sets, oldest): (i64, i64, Option<DateTime<Utc>>) = sqlx::query_as(
-            "SELECT coalesce(sum(event_count), 0)::bigint - $3, count(*), min(committed_at) \
-               FROM change_sets WHERE table_id = $1 AND ordinal >= $2 AND event_count > 0",
+        let row = sqlx::query!(
+            r#"SELECT coalesce(sum(event_count), 0)::bigint - $3 AS "events!",
+                      count(*) AS "change_sets!", min(committed_at) AS oldest
+                 FROM change_sets WHERE table_id = $1 AND ordinal >= $2 AND event_count > 0"#,
+            table.0,
+            p.ordinal,
+            p.consumed
         )
-        .bind(table)
-        .bind(p.ordinal)
-        .bind(p.consumed)
         .fetch_one(&self.pool)
         .await?;
         Ok(FeedLag {
-            events: events.max(0),
-            change_sets,
-            oldest_committed_at: oldest,
+            events: row.events.max(0),
+            change_sets: row.change_sets,
+            oldest_committed_at: row.oldest,
         })
     }
 
@@ -480,19 +500,21 @@ impl Store {
         tables: &[TableId],
         positions: &[Position],
     ) -> Result<Vec<usize>, StoreError> {
-        let slots: Vec<i64> = sqlx::query_scalar(
-            "SELECT u.n - 1 FROM unnest($1::uuid[], $2::bigint[], $3::bigint[]) \
-                    WITH ORDINALITY AS u(t, o, c, n) \
-               CROSS JOIN LATERAL ( \
-                 SELECT published_at FROM change_sets \
-                  WHERE table_id = u.t AND event_count > 0 \
-                    AND (ordinal > u.o OR (ordinal = u.o AND event_count > u.c)) \
-                  ORDER BY ordinal LIMIT 1) next \
-              ORDER BY next.published_at, u.n",
+        let tables: Vec<Uuid> = tables.iter().map(|t| t.0).collect();
+        let (ordinals, consumed) = columns_of(positions);
+        let slots: Vec<i64> = sqlx::query_scalar!(
+            r#"SELECT u.n - 1 AS "slot!" FROM unnest($1::uuid[], $2::bigint[], $3::bigint[])
+                    WITH ORDINALITY AS u(t, o, c, n)
+               CROSS JOIN LATERAL (
+                 SELECT published_at FROM change_sets
+                  WHERE table_id = u.t AND event_count > 0
+                    AND (ordinal > u.o OR (ordinal = u.o AND event_count > u.c))
+                  ORDER BY ordinal LIMIT 1) next
+              ORDER BY next.published_at, u.n"#,
+            &tables,
+            &ordinals,
+            &consumed
         )
-        .bind(tables.iter().map(|t| t.0).collect::<Vec<_>>())
-        .bind(positions.iter().map(|p| p.ordinal).collect::<Vec<_>>())
-        .bind(positions.iter().map(|p| p.consumed).collect::<Vec<_>>())
         .fetch_all(&self.pool)
         .await?;
         Ok(slots.into_iter().map(|s| s as usize).collect())
@@ -506,11 +528,12 @@ pub(super) async fn wake_subscription(
     tx: &mut sqlx::PgConnection,
     id: Uuid,
 ) -> Result<(), StoreError> {
-    sqlx::query(
-        "SELECT pg_notify($1, table_id::text) FROM subscription_tables WHERE subscription_id = $2",
+    sqlx::query!(
+        r#"SELECT pg_notify($1, table_id::text) AS "notified: ()"
+             FROM subscription_tables WHERE subscription_id = $2"#,
+        CHANGES_CHANNEL,
+        id
     )
-    .bind(CHANGES_CHANNEL)
-    .bind(id)
     .execute(&mut *tx)
     .await?;
     announce_subscription(tx, id).await
@@ -522,12 +545,19 @@ pub(super) async fn announce_subscription(
     executor: impl sqlx::PgExecutor<'_>,
     id: Uuid,
 ) -> Result<(), StoreError> {
-    sqlx::query("SELECT pg_notify($1, $2)")
-        .bind(SUBSCRIPTIONS_CHANNEL)
-        .bind(id.to_string())
-        .execute(executor)
-        .await?;
+    sqlx::query!(
+        r#"SELECT pg_notify($1, $2) AS "notified: ()""#,
+        SUBSCRIPTIONS_CHANNEL,
+        id.to_string()
+    )
+    .execute(executor)
+    .await?;
     Ok(())
+}
+
+/// The ordinals and event counts of `positions`, as the arrays a statement unnests.
+pub(super) fn columns_of(positions: &[Position]) -> (Vec<i64>, Vec<i64>) {
+    positions.iter().map(|p| (p.ordinal, p.consumed)).unzip()
 }
 
 /// Whether `p` lies beyond a feed whose last change set is `last`, pruned through
