@@ -27,7 +27,7 @@ pub enum TableState {
 }
 
 /// A registered source table as stored.
-#[derive(Clone, Debug, sqlx::FromRow)]
+#[derive(Clone, Debug)]
 pub struct SourceTable {
     pub id: TableId,
     pub table_name: String,
@@ -123,55 +123,57 @@ pub struct PollOutcome {
     pub oldest_pending_committed_at: Option<DateTime<Utc>>,
 }
 
-const COLUMNS: &str = "id, table_name, namespace, name, catalog, branch, identifier_columns, \
-    identifier_field_ids, start_position, poll_interval_ms, state, mode, checkpoint_snapshot_id, \
-    checkpoint_sequence_number, checkpoint_committed_at, last_error, last_error_code, error_snapshot_id, \
-    head_snapshot_id, snapshots_behind, oldest_pending_committed_at, last_polled_at, \
-    last_ordinal, retention_max_age_ms, retention_max_change_sets, retention_hard_max_age_ms, \
-    pruned_through_ordinal, pruned_through_events, created_at, updated_at";
-
 impl Store {
     /// Registers a table; `Conflict` when the same catalog table and branch exist already.
     pub async fn insert_table(&self, t: &NewSourceTable) -> Result<SourceTable, StoreError> {
-        let sql = format!(
-            "INSERT INTO source_tables (id, table_name, namespace, name, catalog, catalog_key, \
-             branch, identifier_columns, identifier_field_ids, start_position, \
-             poll_interval_ms, state, mode, checkpoint_snapshot_id, checkpoint_sequence_number, \
-             checkpoint_committed_at, retention_max_age_ms, retention_max_change_sets, \
-             retention_hard_max_age_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'active', $12, $13, $14, \
-                     $15, $16, $17, $18) \
-             RETURNING {COLUMNS}"
-        );
         let mut tx = self.pool.begin().await?;
-        let table = sqlx::query_as(&sql)
-            .bind(t.id)
-            .bind(display_name(&t.namespace, &t.name))
-            .bind(&t.namespace)
-            .bind(&t.name)
-            .bind(&t.catalog)
-            .bind(&t.catalog_key)
-            .bind(&t.branch)
-            .bind(&t.identifier_columns)
-            .bind(&t.identifier_field_ids)
-            .bind(&t.start_position)
-            .bind(t.poll_interval_ms)
-            .bind(if t.export { "export" } else { "follow" })
-            .bind(t.checkpoint_snapshot_id)
-            .bind(t.checkpoint_sequence_number)
-            .bind(t.checkpoint_committed_at)
-            .bind(t.retention.max_age_ms)
-            .bind(t.retention.max_change_sets)
-            .bind(t.retention.hard_max_age_ms)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(|e| StoreError::from_unique(e, "this table is already registered"))?;
-        sqlx::query("INSERT INTO table_schemas (table_id, schema_id, schema) VALUES ($1, $2, $3)")
-            .bind(t.id)
-            .bind(t.schema_id)
-            .bind(&t.schema)
-            .execute(&mut *tx)
-            .await?;
+        let table = sqlx::query_as!(
+            SourceTable,
+            r#"INSERT INTO source_tables (id, table_name, namespace, name, catalog, catalog_key,
+                      branch, identifier_columns, identifier_field_ids, start_position,
+                      poll_interval_ms, state, mode, checkpoint_snapshot_id,
+                      checkpoint_sequence_number, checkpoint_committed_at, retention_max_age_ms,
+                      retention_max_change_sets, retention_hard_max_age_ms)
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 'active', $12, $13, $14,
+                       $15, $16, $17, $18)
+               RETURNING id AS "id: TableId", table_name, namespace, name, catalog, branch,
+                      identifier_columns, identifier_field_ids, start_position, poll_interval_ms,
+                      state AS "state: TableState", mode, checkpoint_snapshot_id,
+                      checkpoint_sequence_number, checkpoint_committed_at, last_error,
+                      last_error_code, error_snapshot_id, head_snapshot_id, snapshots_behind,
+                      oldest_pending_committed_at, last_polled_at, last_ordinal,
+                      retention_max_age_ms, retention_max_change_sets, retention_hard_max_age_ms,
+                      pruned_through_ordinal, pruned_through_events, created_at, updated_at"#,
+            t.id.0,
+            display_name(&t.namespace, &t.name),
+            &t.namespace,
+            t.name,
+            t.catalog,
+            t.catalog_key,
+            t.branch,
+            &t.identifier_columns,
+            &t.identifier_field_ids,
+            t.start_position,
+            t.poll_interval_ms,
+            if t.export { "export" } else { "follow" },
+            t.checkpoint_snapshot_id,
+            t.checkpoint_sequence_number,
+            t.checkpoint_committed_at,
+            t.retention.max_age_ms,
+            t.retention.max_change_sets,
+            t.retention.hard_max_age_ms
+        )
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| StoreError::from_unique(e, "this table is already registered"))?;
+        sqlx::query!(
+            "INSERT INTO table_schemas (table_id, schema_id, schema) VALUES ($1, $2, $3)",
+            t.id.0,
+            t.schema_id,
+            t.schema
+        )
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(table)
     }
@@ -181,12 +183,13 @@ impl Store {
         &self,
         table: TableId,
     ) -> Result<std::collections::BTreeSet<String>, StoreError> {
-        let names: Vec<String> = sqlx::query_scalar(
-            "SELECT DISTINCT f->>'name' FROM table_schemas, \
-                    jsonb_array_elements(schema->'fields') AS f \
-              WHERE table_id = $1",
+        // `!`: a field without a name would fail to decode, as it did before the macros.
+        let names: Vec<String> = sqlx::query_scalar!(
+            r#"SELECT DISTINCT f->>'name' AS "name!" FROM table_schemas,
+                      jsonb_array_elements(schema->'fields') AS f
+                WHERE table_id = $1"#,
+            table.0
         )
-        .bind(table)
         .fetch_all(&self.pool)
         .await?;
         Ok(names.into_iter().collect())
@@ -195,28 +198,50 @@ impl Store {
     /// The newest schema recorded for the table (the one its next events are read with,
     /// unless the table evolves again).
     pub async fn newest_schema_id(&self, table: TableId) -> Result<Option<i32>, StoreError> {
-        Ok(
-            sqlx::query_scalar("SELECT max(schema_id) FROM table_schemas WHERE table_id = $1")
-                .bind(table)
-                .fetch_one(&self.pool)
-                .await?,
+        Ok(sqlx::query_scalar!(
+            "SELECT max(schema_id) FROM table_schemas WHERE table_id = $1",
+            table.0
         )
+        .fetch_one(&self.pool)
+        .await?)
     }
 
     /// All registered tables, oldest first.
     pub async fn list_tables(&self) -> Result<Vec<SourceTable>, StoreError> {
-        let sql = format!("SELECT {COLUMNS} FROM source_tables ORDER BY created_at, id");
-        Ok(sqlx::query_as(&sql).fetch_all(&self.pool).await?)
+        Ok(sqlx::query_as!(
+            SourceTable,
+            r#"SELECT id AS "id: TableId", table_name, namespace, name, catalog, branch,
+                      identifier_columns, identifier_field_ids, start_position, poll_interval_ms,
+                      state AS "state: TableState", mode, checkpoint_snapshot_id,
+                      checkpoint_sequence_number, checkpoint_committed_at, last_error,
+                      last_error_code, error_snapshot_id, head_snapshot_id, snapshots_behind,
+                      oldest_pending_committed_at, last_polled_at, last_ordinal,
+                      retention_max_age_ms, retention_max_change_sets, retention_hard_max_age_ms,
+                      pruned_through_ordinal, pruned_through_events, created_at, updated_at
+                 FROM source_tables ORDER BY created_at, id"#
+        )
+        .fetch_all(&self.pool)
+        .await?)
     }
 
     /// One table by id.
     pub async fn get_table(&self, id: TableId) -> Result<SourceTable, StoreError> {
-        let sql = format!("SELECT {COLUMNS} FROM source_tables WHERE id = $1");
-        sqlx::query_as(&sql)
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?
-            .ok_or(StoreError::NotFound)
+        sqlx::query_as!(
+            SourceTable,
+            r#"SELECT id AS "id: TableId", table_name, namespace, name, catalog, branch,
+                      identifier_columns, identifier_field_ids, start_position, poll_interval_ms,
+                      state AS "state: TableState", mode, checkpoint_snapshot_id,
+                      checkpoint_sequence_number, checkpoint_committed_at, last_error,
+                      last_error_code, error_snapshot_id, head_snapshot_id, snapshots_behind,
+                      oldest_pending_committed_at, last_polled_at, last_ordinal,
+                      retention_max_age_ms, retention_max_change_sets, retention_hard_max_age_ms,
+                      pruned_through_ordinal, pruned_through_events, created_at, updated_at
+                 FROM source_tables WHERE id = $1"#,
+            id.0
+        )
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or(StoreError::NotFound)
     }
 
     /// Pauses or resumes a table and/or changes its poll interval. Resuming a table in
@@ -227,24 +252,32 @@ impl Store {
         paused: Option<bool>,
         poll_interval_ms: Option<i64>,
     ) -> Result<SourceTable, StoreError> {
-        let sql = format!(
-            "UPDATE source_tables SET \
-               state = CASE WHEN $2 IS NULL THEN state WHEN $2 THEN 'paused' ELSE 'active' END, \
-               last_error = CASE WHEN $2 = false THEN NULL ELSE last_error END, \
-               last_error_code = CASE WHEN $2 = false THEN NULL ELSE last_error_code END, \
-               error_snapshot_id = CASE WHEN $2 = false THEN NULL ELSE error_snapshot_id END, \
-               next_poll_at = CASE WHEN $2 = false THEN now() ELSE next_poll_at END, \
-               poll_interval_ms = COALESCE($3, poll_interval_ms), \
-               updated_at = now() \
-             WHERE id = $1 RETURNING {COLUMNS}"
-        );
-        sqlx::query_as(&sql)
-            .bind(id)
-            .bind(paused)
-            .bind(poll_interval_ms)
-            .fetch_optional(&self.pool)
-            .await?
-            .ok_or(StoreError::NotFound)
+        sqlx::query_as!(
+            SourceTable,
+            r#"UPDATE source_tables SET
+                 state = CASE WHEN $2::bool IS NULL THEN state WHEN $2 THEN 'paused' ELSE 'active' END,
+                 last_error = CASE WHEN $2 = false THEN NULL ELSE last_error END,
+                 last_error_code = CASE WHEN $2 = false THEN NULL ELSE last_error_code END,
+                 error_snapshot_id = CASE WHEN $2 = false THEN NULL ELSE error_snapshot_id END,
+                 next_poll_at = CASE WHEN $2 = false THEN now() ELSE next_poll_at END,
+                 poll_interval_ms = COALESCE($3, poll_interval_ms),
+                 updated_at = now()
+               WHERE id = $1
+               RETURNING id AS "id: TableId", table_name, namespace, name, catalog, branch,
+                      identifier_columns, identifier_field_ids, start_position, poll_interval_ms,
+                      state AS "state: TableState", mode, checkpoint_snapshot_id,
+                      checkpoint_sequence_number, checkpoint_committed_at, last_error,
+                      last_error_code, error_snapshot_id, head_snapshot_id, snapshots_behind,
+                      oldest_pending_committed_at, last_polled_at, last_ordinal,
+                      retention_max_age_ms, retention_max_change_sets, retention_hard_max_age_ms,
+                      pruned_through_ordinal, pruned_through_events, created_at, updated_at"#,
+            id.0,
+            paused,
+            poll_interval_ms
+        )
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or(StoreError::NotFound)
     }
 
     /// Replaces a table's catalog settings; its position and feed stay as they are. The
@@ -255,13 +288,13 @@ impl Store {
         catalog: &serde_json::Value,
         catalog_key: &str,
     ) -> Result<(), StoreError> {
-        sqlx::query(
+        sqlx::query!(
             "UPDATE source_tables SET catalog = $2, catalog_key = $3, next_poll_at = now(), \
                updated_at = now() WHERE id = $1",
+            id.0,
+            catalog,
+            catalog_key
         )
-        .bind(id)
-        .bind(catalog)
-        .bind(catalog_key)
         .execute(&self.pool)
         .await
         .map_err(|e| {
@@ -285,12 +318,10 @@ impl Store {
         let mut tx = self.pool.begin().await?;
         // The lease first: a publish locks the lease, then the table (see `fence`); the
         // same order here keeps a concurrent publish from deadlocking with the delete.
-        sqlx::query("DELETE FROM leases WHERE name = $1")
-            .bind(id.lease_name())
+        sqlx::query!("DELETE FROM leases WHERE name = $1", id.lease_name())
             .execute(&mut *tx)
             .await?;
-        let done = sqlx::query("DELETE FROM source_tables WHERE id = $1")
-            .bind(id)
+        let done = sqlx::query!("DELETE FROM source_tables WHERE id = $1", id.0)
             .execute(&mut *tx)
             .await?;
         if done.rows_affected() == 1 {
@@ -302,15 +333,23 @@ impl Store {
 
     /// Active tables whose next poll is due, most overdue first.
     pub async fn due_tables(&self, limit: i64) -> Result<Vec<SourceTable>, StoreError> {
-        let sql = format!(
-            "SELECT {COLUMNS} FROM source_tables \
-             WHERE state IN ('active', 'paused') AND next_poll_at <= now() \
-             ORDER BY next_poll_at LIMIT $1"
-        );
-        Ok(sqlx::query_as(&sql)
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await?)
+        Ok(sqlx::query_as!(
+            SourceTable,
+            r#"SELECT id AS "id: TableId", table_name, namespace, name, catalog, branch,
+                      identifier_columns, identifier_field_ids, start_position, poll_interval_ms,
+                      state AS "state: TableState", mode, checkpoint_snapshot_id,
+                      checkpoint_sequence_number, checkpoint_committed_at, last_error,
+                      last_error_code, error_snapshot_id, head_snapshot_id, snapshots_behind,
+                      oldest_pending_committed_at, last_polled_at, last_ordinal,
+                      retention_max_age_ms, retention_max_change_sets, retention_hard_max_age_ms,
+                      pruned_through_ordinal, pruned_through_events, created_at, updated_at
+                 FROM source_tables
+                WHERE state IN ('active', 'paused') AND next_poll_at <= now()
+                ORDER BY next_poll_at LIMIT $1"#,
+            limit
+        )
+        .fetch_all(&self.pool)
+        .await?)
     }
 
     /// Records how far a failing poll found the feed behind, leaving its error and next
@@ -344,7 +383,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         fence(&mut tx, lease).await?;
-        sqlx::query(
+        sqlx::query!(
             "UPDATE source_tables SET head_snapshot_id = $2, snapshots_behind = $3, \
                oldest_pending_committed_at = $4, \
                last_polled_at = CASE WHEN $5 THEN now() ELSE last_polled_at END, \
@@ -354,12 +393,12 @@ impl Store {
                  THEN now() + make_interval(secs => poll_interval_ms / 1000.0) \
                  ELSE next_poll_at END \
              WHERE id = $1",
+            id.0,
+            outcome.head_snapshot_id,
+            outcome.snapshots_behind,
+            outcome.oldest_pending_committed_at,
+            succeeded
         )
-        .bind(id)
-        .bind(outcome.head_snapshot_id)
-        .bind(outcome.snapshots_behind)
-        .bind(outcome.oldest_pending_committed_at)
-        .bind(succeeded)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -370,10 +409,12 @@ impl Store {
     pub async fn begin_following(&self, id: TableId, lease: &Lease) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         fence(&mut tx, lease).await?;
-        sqlx::query("UPDATE source_tables SET mode = 'follow', updated_at = now() WHERE id = $1")
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query!(
+            "UPDATE source_tables SET mode = 'follow', updated_at = now() WHERE id = $1",
+            id.0
+        )
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(())
     }
@@ -388,15 +429,15 @@ impl Store {
     ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         fence(&mut tx, lease).await?;
-        sqlx::query(
+        sqlx::query!(
             "UPDATE source_tables SET state = 'error', last_error = $2, last_error_code = $4, \
                error_snapshot_id = $3, last_polled_at = now(), updated_at = now() \
              WHERE id = $1 AND state = 'active'",
+            id.0,
+            failure.message,
+            snapshot_id,
+            failure.code.as_str()
         )
-        .bind(id)
-        .bind(&failure.message)
-        .bind(snapshot_id)
-        .bind(failure.code.as_str())
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -410,16 +451,17 @@ impl Store {
         delay_ms: i64,
         failure: &Failure,
     ) -> Result<(), StoreError> {
-        sqlx::query(
+        let delay_secs = delay_ms as f64 / 1000.0;
+        sqlx::query!(
             "UPDATE source_tables SET last_error = $3, last_error_code = $4, \
                last_polled_at = now(), \
-               next_poll_at = now() + make_interval(secs => $2 / 1000.0) \
+               next_poll_at = now() + make_interval(secs => $2) \
              WHERE id = $1 AND state = 'active'",
+            id.0,
+            delay_secs,
+            failure.message,
+            failure.code.as_str()
         )
-        .bind(id)
-        .bind(delay_ms as f64)
-        .bind(&failure.message)
-        .bind(failure.code.as_str())
         .execute(&self.pool)
         .await?;
         Ok(())
