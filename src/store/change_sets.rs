@@ -53,7 +53,7 @@ pub struct NewSegment {
 }
 
 /// A published change set.
-#[derive(Clone, Debug, sqlx::FromRow)]
+#[derive(Clone, Debug)]
 pub struct ChangeSetRecord {
     pub ordinal: i64,
     pub snapshot_id: i64,
@@ -67,14 +67,9 @@ pub struct ChangeSetRecord {
     pub resurrected_rows: i64,
 }
 
-/// Selects [`SegmentRecord`]s: segments `s` joined with their change sets `c`.
-pub(super) const SELECT_SEGMENTS: &str = "SELECT s.ordinal, s.segment_no, s.first_event, s.event_count, s.layout, s.path, \
-            s.size_bytes, s.deleted_rows, s.first_row_id, s.lineage_sequence_number, \
-            c.snapshot_id, c.sequence_number, c.committed_at, c.schema_id, c.push_version \
-       FROM segments s JOIN change_sets c USING (table_id, ordinal)";
-
-/// A published segment with the metadata of its change set.
-#[derive(Clone, Debug, sqlx::FromRow, serde::Serialize, serde::Deserialize)]
+/// A published segment with the metadata of its change set: segments `s` joined with
+/// their change sets `c`.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct SegmentRecord {
     pub ordinal: i64,
     pub segment_no: i32,
@@ -150,13 +145,14 @@ impl Store {
         let table = cs.key.table;
         let mut tx = self.pool.begin().await?;
         fence(&mut tx, lease).await?;
-        let (last, last_version): (i64, i64) = sqlx::query_as(
+        let row = sqlx::query!(
             "SELECT last_ordinal, last_push_version FROM source_tables WHERE id = $1 FOR UPDATE",
+            table.0
         )
-        .bind(table)
         .fetch_optional(&mut *tx)
         .await?
         .ok_or(StoreError::NotFound)?;
+        let (last, last_version) = (row.last_ordinal, row.last_push_version);
         let ordinal = cs.key.ordinal;
         if last + 1 != ordinal {
             return Err(StoreError::Conflict(format!(
@@ -169,35 +165,35 @@ impl Store {
         let prefix = cs.key.prefix();
         let event_count: i64 = cs.segments.iter().map(|s| s.event_count).sum();
 
-        sqlx::query(
+        sqlx::query!(
             "INSERT INTO table_schemas (table_id, schema_id, schema) VALUES ($1, $2, $3) \
              ON CONFLICT DO NOTHING",
+            table.0,
+            cs.schema_id,
+            cs.schema
         )
-        .bind(table)
-        .bind(cs.schema_id)
-        .bind(&cs.schema)
         .execute(&mut *tx)
         .await?;
-        sqlx::query(
+        sqlx::query!(
             "INSERT INTO change_sets (table_id, ordinal, snapshot_id, sequence_number, operation, \
                kind, reset_from_snapshot_id, committed_at, schema_id, event_count, published_by, \
                prefix, push_version, resurrected_rows) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
+            table.0,
+            ordinal,
+            cs.key.snapshot_id,
+            cs.sequence_number,
+            cs.operation,
+            cs.kind,
+            cs.reset_from,
+            cs.committed_at,
+            cs.schema_id,
+            event_count,
+            lease.owner,
+            prefix,
+            version,
+            cs.resurrected_rows
         )
-        .bind(table)
-        .bind(ordinal)
-        .bind(cs.key.snapshot_id)
-        .bind(cs.sequence_number)
-        .bind(&cs.operation)
-        .bind(cs.kind)
-        .bind(cs.reset_from)
-        .bind(cs.committed_at)
-        .bind(cs.schema_id)
-        .bind(event_count)
-        .bind(&lease.owner)
-        .bind(&prefix)
-        .bind(version)
-        .bind(cs.resurrected_rows)
         .execute(&mut *tx)
         .await?;
 
@@ -207,48 +203,39 @@ impl Store {
             first.push(next);
             next += s.event_count;
         }
-        sqlx::query(
+        let segments = &cs.segments;
+        let counts: Vec<i64> = segments.iter().map(|s| s.event_count).collect();
+        let layouts: Vec<&str> = segments.iter().map(|s| s.layout).collect();
+        let paths: Vec<&str> = segments.iter().map(|s| s.path.as_str()).collect();
+        let sizes: Vec<i64> = segments.iter().map(|s| s.size_bytes).collect();
+        let deleted: Vec<Option<&str>> =
+            segments.iter().map(|s| s.deleted_rows.as_deref()).collect();
+        let first_row_ids: Vec<Option<i64>> = segments
+            .iter()
+            .map(|s| s.lineage.and_then(|l| l.first_row_id).map(|id| id as i64))
+            .collect();
+        let lineage_sequence_numbers: Vec<Option<i64>> = segments
+            .iter()
+            .map(|s| s.lineage.map(|l| l.sequence_number))
+            .collect();
+        // `as`: arrays of borrowed or nullable elements, which the macros cannot check.
+        sqlx::query!(
             "INSERT INTO segments (table_id, ordinal, segment_no, first_event, event_count, \
                layout, path, size_bytes, deleted_rows, first_row_id, lineage_sequence_number) \
              SELECT $1, $2, n::int - 1, f, c, l, p, b, d, r, q \
                FROM unnest($3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::bigint[], \
                            $8::text[], $9::bigint[], $10::bigint[]) \
                     WITH ORDINALITY AS u(f, c, l, p, b, d, r, q, n)",
-        )
-        .bind(table)
-        .bind(ordinal)
-        .bind(&first)
-        .bind(
-            cs.segments
-                .iter()
-                .map(|s| s.event_count)
-                .collect::<Vec<_>>(),
-        )
-        .bind(cs.segments.iter().map(|s| s.layout).collect::<Vec<_>>())
-        .bind(
-            cs.segments
-                .iter()
-                .map(|s| s.path.clone())
-                .collect::<Vec<_>>(),
-        )
-        .bind(cs.segments.iter().map(|s| s.size_bytes).collect::<Vec<_>>())
-        .bind(
-            cs.segments
-                .iter()
-                .map(|s| s.deleted_rows.clone())
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            cs.segments
-                .iter()
-                .map(|s| s.lineage.and_then(|l| l.first_row_id).map(|id| id as i64))
-                .collect::<Vec<_>>(),
-        )
-        .bind(
-            cs.segments
-                .iter()
-                .map(|s| s.lineage.map(|l| l.sequence_number))
-                .collect::<Vec<_>>(),
+            table.0,
+            ordinal,
+            &first,
+            &counts,
+            &layouts as &[&str],
+            &paths as &[&str],
+            &sizes,
+            &deleted as &[Option<&str>],
+            &first_row_ids as &[Option<i64>],
+            &lineage_sequence_numbers as &[Option<i64>]
         )
         .execute(&mut *tx)
         .await?;
@@ -256,7 +243,7 @@ impl Store {
         // A published snapshot clears the error of the attempts that failed to publish it,
         // with the checkpoint: no reader sees the new checkpoint beside the old error, nor
         // a lag when it reached the head the last poll saw.
-        sqlx::query(
+        sqlx::query!(
             "UPDATE source_tables SET last_ordinal = $2, last_push_version = $6, mode = 'follow', \
                checkpoint_snapshot_id = $3, checkpoint_sequence_number = $4, \
                checkpoint_committed_at = $5, last_error = NULL, last_error_code = NULL, \
@@ -266,32 +253,34 @@ impl Store {
                oldest_pending_committed_at = CASE WHEN head_snapshot_id = $3 THEN NULL \
                                                   ELSE oldest_pending_committed_at END \
              WHERE id = $1",
+            table.0,
+            ordinal,
+            cs.key.snapshot_id,
+            cs.sequence_number,
+            cs.committed_at,
+            version
         )
-        .bind(table)
-        .bind(ordinal)
-        .bind(cs.key.snapshot_id)
-        .bind(cs.sequence_number)
-        .bind(cs.committed_at)
-        .bind(version)
         .execute(&mut *tx)
         .await?;
         // Every plan for this ordinal is done with, the published one and any abandoned
         // (the branch moved while it ran): the files of an abandoned one are garbage too.
-        let planned: Vec<i64> = sqlx::query_scalar(
+        let planned: Vec<i64> = sqlx::query_scalar!(
             "DELETE FROM tasks WHERE table_id = $1 AND ordinal = $2 RETURNING snapshot_id",
+            table.0,
+            ordinal
         )
-        .bind(table)
-        .bind(ordinal)
         .fetch_all(&mut *tx)
         .await?;
         let mut garbage = cs.garbage.clone();
         garbage.extend(abandoned_prefixes(&cs.key, planned));
         super::retention::queue_garbage(&mut tx, &garbage, Duration::ZERO).await?;
-        sqlx::query("SELECT pg_notify($1, $2)")
-            .bind(CHANGES_CHANNEL)
-            .bind(table.to_string())
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query!(
+            r#"SELECT pg_notify($1, $2) AS "notified: ()""#,
+            CHANGES_CHANNEL,
+            table.to_string()
+        )
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(())
     }
@@ -304,16 +293,22 @@ impl Store {
         consumed: i64,
         max: i64,
     ) -> Result<Vec<SegmentRecord>, StoreError> {
-        Ok(sqlx::query_as(&format!(
-            "{SELECT_SEGMENTS} WHERE s.table_id = $1 \
+        Ok(sqlx::query_as!(
+            SegmentRecord,
+            "SELECT s.ordinal, s.segment_no, s.first_event, s.event_count, s.layout, s.path, \
+                    s.size_bytes, s.deleted_rows, s.first_row_id, s.lineage_sequence_number, \
+                    c.snapshot_id, c.sequence_number, c.committed_at, c.schema_id, \
+                    c.push_version \
+               FROM segments s JOIN change_sets c USING (table_id, ordinal) \
+              WHERE s.table_id = $1 \
                 AND (s.ordinal > $2 OR (s.ordinal = $2 AND s.first_event + s.event_count > $3)) \
               ORDER BY s.ordinal, s.segment_no \
-              LIMIT $4"
-        ))
-        .bind(table)
-        .bind(ordinal)
-        .bind(consumed)
-        .bind(max)
+              LIMIT $4",
+            table.0,
+            ordinal,
+            consumed,
+            max
+        )
         .fetch_all(&self.pool)
         .await?)
     }
@@ -324,14 +319,15 @@ impl Store {
         table: TableId,
         ordinal: i64,
     ) -> Result<Option<ChangeSetRecord>, StoreError> {
-        Ok(sqlx::query_as(
+        Ok(sqlx::query_as!(
+            ChangeSetRecord,
             "SELECT ordinal, snapshot_id, sequence_number, operation, kind, \
                     reset_from_snapshot_id, committed_at, schema_id, event_count, \
                     resurrected_rows \
                FROM change_sets WHERE table_id = $1 AND ordinal = $2",
+            table.0,
+            ordinal
         )
-        .bind(table)
-        .bind(ordinal)
         .fetch_optional(&self.pool)
         .await?)
     }
@@ -344,16 +340,17 @@ impl Store {
         before: i64,
         limit: i64,
     ) -> Result<Vec<ChangeSetRecord>, StoreError> {
-        Ok(sqlx::query_as(
+        Ok(sqlx::query_as!(
+            ChangeSetRecord,
             "SELECT ordinal, snapshot_id, sequence_number, operation, kind, \
                     reset_from_snapshot_id, committed_at, schema_id, event_count, \
                     resurrected_rows \
                FROM change_sets WHERE table_id = $1 AND ordinal < $2 \
               ORDER BY ordinal DESC LIMIT $3",
+            table.0,
+            before,
+            limit
         )
-        .bind(table)
-        .bind(before)
-        .bind(limit)
         .fetch_all(&self.pool)
         .await?)
     }
@@ -364,11 +361,11 @@ impl Store {
         table: TableId,
         schema_id: i32,
     ) -> Result<Option<serde_json::Value>, StoreError> {
-        Ok(sqlx::query_scalar(
+        Ok(sqlx::query_scalar!(
             "SELECT schema FROM table_schemas WHERE table_id = $1 AND schema_id = $2",
+            table.0,
+            schema_id
         )
-        .bind(table)
-        .bind(schema_id)
         .fetch_optional(&self.pool)
         .await?)
     }

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::change_sets::SELECT_SEGMENTS;
 use super::retention::queue_garbage;
 use super::{SegmentRecord, Store, StoreError, TableId};
 use crate::changes::{NetRangeKey, Position, ShuffleKey};
@@ -35,7 +34,7 @@ pub struct NetRange {
 }
 
 /// One Parquet file of a range's result, in event order.
-#[derive(Clone, Debug, sqlx::FromRow)]
+#[derive(Clone, Debug)]
 pub struct NetSegment {
     pub segment_no: i32,
     pub first_event: i64,
@@ -45,7 +44,7 @@ pub struct NetSegment {
 }
 
 /// What every event of one change set shares: the snapshot a net event names.
-#[derive(Clone, Debug, sqlx::FromRow)]
+#[derive(Clone, Debug)]
 pub struct ChangeSetHead {
     pub ordinal: i64,
     pub snapshot_id: i64,
@@ -55,7 +54,6 @@ pub struct ChangeSetHead {
     pub push_version: i64,
 }
 
-#[derive(sqlx::FromRow)]
 struct RangeRow {
     id: i64,
     table_id: TableId,
@@ -69,9 +67,6 @@ struct RangeRow {
     error_code: Option<String>,
     error: Option<String>,
     event_count: Option<i64>,
-    /// Whether the statement that returned it created it.
-    #[sqlx(default)]
-    created: bool,
 }
 
 impl From<RangeRow> for NetRange {
@@ -109,15 +104,6 @@ impl From<RangeRow> for NetRange {
     }
 }
 
-const RANGE_COLUMNS: &str = "id, table_id, after_ordinal, after_consumed, until_ordinal, \
-                             until_consumed, schema_id, key_columns, state, error_code, error, \
-                             event_count";
-
-/// Whether a segment of change set `ordinal` with events `first .. first + count` holds
-/// events of the range between `after` and `until`, as SQL over `s`.
-const IN_RANGE: &str = "(s.ordinal > $2 OR (s.ordinal = $2 AND s.first_event + s.event_count > $3)) \
-                        AND (s.ordinal < $4 OR (s.ordinal = $4 AND s.first_event < $5))";
-
 impl Store {
     /// The range of `table` from `after` to `until`, created if no consumer asked for it
     /// before (true when this call created it), marked as read now.
@@ -129,36 +115,55 @@ impl Store {
         schema_id: i32,
         key_columns: &[usize],
     ) -> Result<(NetRange, bool), StoreError> {
+        let key_columns: Vec<i32> = key_columns.iter().map(|&i| i as i32).collect();
         // `xmax = 0`: the row was inserted, not updated by the conflict.
-        let row: RangeRow = sqlx::query_as(&format!(
-            "INSERT INTO net_ranges (table_id, after_ordinal, after_consumed, until_ordinal, \
-                                     until_consumed, schema_id, key_columns) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7) \
-             ON CONFLICT (table_id, after_ordinal, after_consumed, until_ordinal, until_consumed) \
-             DO UPDATE SET read_at = now() \
-             RETURNING {RANGE_COLUMNS}, (xmax = 0) AS created"
-        ))
-        .bind(table)
-        .bind(after.ordinal)
-        .bind(after.consumed)
-        .bind(until.ordinal)
-        .bind(until.consumed)
-        .bind(schema_id)
-        .bind(key_columns.iter().map(|&i| i as i32).collect::<Vec<_>>())
+        let row = sqlx::query!(
+            r#"INSERT INTO net_ranges (table_id, after_ordinal, after_consumed, until_ordinal,
+                                       until_consumed, schema_id, key_columns)
+               VALUES ($1, $2, $3, $4, $5, $6, $7)
+               ON CONFLICT (table_id, after_ordinal, after_consumed, until_ordinal, until_consumed)
+               DO UPDATE SET read_at = now()
+               RETURNING id, table_id AS "table_id: TableId", after_ordinal, after_consumed,
+                         until_ordinal, until_consumed, schema_id, key_columns, state,
+                         error_code, error, event_count, (xmax = 0) AS "created!""#,
+            table.0,
+            after.ordinal,
+            after.consumed,
+            until.ordinal,
+            until.consumed,
+            schema_id,
+            &key_columns
+        )
         .fetch_one(&self.pool)
         .await?;
-        let created = row.created;
-        Ok((row.into(), created))
+        let range = RangeRow {
+            id: row.id,
+            table_id: row.table_id,
+            after_ordinal: row.after_ordinal,
+            after_consumed: row.after_consumed,
+            until_ordinal: row.until_ordinal,
+            until_consumed: row.until_consumed,
+            schema_id: row.schema_id,
+            key_columns: row.key_columns,
+            state: row.state,
+            error_code: row.error_code,
+            error: row.error,
+            event_count: row.event_count,
+        };
+        Ok((range.into(), row.created))
     }
 
     /// Range `id` of `table`, marked as read now.
     pub async fn net_range(&self, table: TableId, id: i64) -> Result<Option<NetRange>, StoreError> {
-        let row: Option<RangeRow> = sqlx::query_as(&format!(
-            "UPDATE net_ranges SET read_at = now() WHERE id = $1 AND table_id = $2 \
-             RETURNING {RANGE_COLUMNS}"
-        ))
-        .bind(id)
-        .bind(table)
+        let row = sqlx::query_as!(
+            RangeRow,
+            r#"UPDATE net_ranges SET read_at = now() WHERE id = $1 AND table_id = $2
+               RETURNING id, table_id AS "table_id: TableId", after_ordinal, after_consumed,
+                         until_ordinal, until_consumed, schema_id, key_columns, state,
+                         error_code, error, event_count"#,
+            id,
+            table.0
+        )
         .fetch_optional(&self.pool)
         .await?;
         Ok(row.map(Into::into))
@@ -166,9 +171,13 @@ impl Store {
 
     /// The ranges being computed, for nodes to move on.
     pub async fn computing_net_ranges(&self) -> Result<Vec<NetRange>, StoreError> {
-        let rows: Vec<RangeRow> = sqlx::query_as(&format!(
-            "SELECT {RANGE_COLUMNS} FROM net_ranges WHERE state = 'computing' ORDER BY id"
-        ))
+        let rows = sqlx::query_as!(
+            RangeRow,
+            r#"SELECT id, table_id AS "table_id: TableId", after_ordinal, after_consumed,
+                      until_ordinal, until_consumed, schema_id, key_columns, state, error_code,
+                      error, event_count
+                 FROM net_ranges WHERE state = 'computing' ORDER BY id"#
+        )
         .fetch_all(&self.pool)
         .await?;
         Ok(rows.into_iter().map(Into::into).collect())
@@ -182,19 +191,24 @@ impl Store {
         after: Position,
         until: Position,
     ) -> Result<Vec<(i64, i32)>, StoreError> {
-        Ok(sqlx::query_as(&format!(
-            "SELECT min(s.ordinal), c.schema_id \
-               FROM segments s JOIN change_sets c USING (table_id, ordinal) \
-              WHERE s.table_id = $1 AND {IN_RANGE} \
-              GROUP BY c.schema_id ORDER BY 1"
-        ))
-        .bind(table)
-        .bind(after.ordinal)
-        .bind(after.consumed)
-        .bind(until.ordinal)
-        .bind(until.consumed)
+        // The range: segments of change sets after `after` with events after it, up to
+        // `until` with events up to it (as in `segments_between`).
+        let rows = sqlx::query!(
+            r#"SELECT min(s.ordinal) AS "ordinal!", c.schema_id
+                 FROM segments s JOIN change_sets c USING (table_id, ordinal)
+                WHERE s.table_id = $1
+                  AND (s.ordinal > $2 OR (s.ordinal = $2 AND s.first_event + s.event_count > $3))
+                  AND (s.ordinal < $4 OR (s.ordinal = $4 AND s.first_event < $5))
+                GROUP BY c.schema_id ORDER BY 1"#,
+            table.0,
+            after.ordinal,
+            after.consumed,
+            until.ordinal,
+            until.consumed
+        )
         .fetch_all(&self.pool)
-        .await?)
+        .await?;
+        Ok(rows.into_iter().map(|r| (r.ordinal, r.schema_id)).collect())
     }
 
     /// Every segment holding events between `after` and `until`, in feed order.
@@ -204,15 +218,25 @@ impl Store {
         after: Position,
         until: Position,
     ) -> Result<Vec<SegmentRecord>, StoreError> {
-        Ok(sqlx::query_as(&format!(
-            "{SELECT_SEGMENTS} WHERE s.table_id = $1 AND {IN_RANGE} \
-              ORDER BY s.ordinal, s.segment_no"
-        ))
-        .bind(table)
-        .bind(after.ordinal)
-        .bind(after.consumed)
-        .bind(until.ordinal)
-        .bind(until.consumed)
+        // A segment of change set `ordinal` with events `first .. first + count` holds
+        // events of the range when it ends after `after` and starts up to `until`.
+        Ok(sqlx::query_as!(
+            SegmentRecord,
+            "SELECT s.ordinal, s.segment_no, s.first_event, s.event_count, s.layout, s.path, \
+                    s.size_bytes, s.deleted_rows, s.first_row_id, s.lineage_sequence_number, \
+                    c.snapshot_id, c.sequence_number, c.committed_at, c.schema_id, \
+                    c.push_version \
+               FROM segments s JOIN change_sets c USING (table_id, ordinal) \
+              WHERE s.table_id = $1 \
+                AND (s.ordinal > $2 OR (s.ordinal = $2 AND s.first_event + s.event_count > $3)) \
+                AND (s.ordinal < $4 OR (s.ordinal = $4 AND s.first_event < $5)) \
+              ORDER BY s.ordinal, s.segment_no",
+            table.0,
+            after.ordinal,
+            after.consumed,
+            until.ordinal,
+            until.consumed
+        )
         .fetch_all(&self.pool)
         .await?)
     }
@@ -220,19 +244,17 @@ impl Store {
     /// The position after the last event `table`'s feed published: the end of its last
     /// change set, as a reader that read it all holds it.
     pub async fn feed_head(&self, table: TableId) -> Result<Position, StoreError> {
-        let last: Option<(i64, i64)> = sqlx::query_as(
+        let last = sqlx::query!(
             "SELECT ordinal, event_count FROM change_sets WHERE table_id = $1 \
               ORDER BY ordinal DESC LIMIT 1",
+            table.0
         )
-        .bind(table)
         .fetch_optional(&self.pool)
         .await?;
-        Ok(
-            last.map_or(Position::START, |(ordinal, consumed)| Position {
-                ordinal,
-                consumed,
-            }),
-        )
+        Ok(last.map_or(Position::START, |r| Position {
+            ordinal: r.ordinal,
+            consumed: r.event_count,
+        }))
     }
 
     /// Whether `table`'s feed has events after `position`.
@@ -253,12 +275,13 @@ impl Store {
         table: TableId,
         ordinals: &[i64],
     ) -> Result<Vec<ChangeSetHead>, StoreError> {
-        Ok(sqlx::query_as(
+        Ok(sqlx::query_as!(
+            ChangeSetHead,
             "SELECT ordinal, snapshot_id, sequence_number, committed_at, schema_id, push_version \
                FROM change_sets WHERE table_id = $1 AND ordinal = ANY($2)",
+            table.0,
+            ordinals
         )
-        .bind(table)
-        .bind(ordinals)
         .fetch_all(&self.pool)
         .await?)
     }
@@ -271,33 +294,32 @@ impl Store {
         segments: &[NetSegment],
     ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
-        let done = sqlx::query(
+        let done = sqlx::query!(
             "UPDATE net_ranges SET state = 'ready', event_count = $2 \
               WHERE id = $1 AND state = 'computing'",
+            key.range,
+            segments.iter().map(|s| s.event_count).sum::<i64>()
         )
-        .bind(key.range)
-        .bind(segments.iter().map(|s| s.event_count).sum::<i64>())
         .execute(&mut *tx)
         .await?;
         if done.rows_affected() == 0 {
             return Ok(());
         }
-        sqlx::query(
+        sqlx::query!(
             "INSERT INTO net_segments (range_id, segment_no, first_event, event_count, path, \
                                        size_bytes) \
              SELECT $1, u.* FROM unnest($2::int[], $3::bigint[], $4::bigint[], $5::text[], \
                                         $6::bigint[]) AS u",
+            key.range,
+            &segments.iter().map(|s| s.segment_no).collect::<Vec<_>>(),
+            &segments.iter().map(|s| s.first_event).collect::<Vec<_>>(),
+            &segments.iter().map(|s| s.event_count).collect::<Vec<_>>(),
+            &segments.iter().map(|s| s.path.clone()).collect::<Vec<_>>(),
+            &segments.iter().map(|s| s.size_bytes).collect::<Vec<_>>()
         )
-        .bind(key.range)
-        .bind(segments.iter().map(|s| s.segment_no).collect::<Vec<_>>())
-        .bind(segments.iter().map(|s| s.first_event).collect::<Vec<_>>())
-        .bind(segments.iter().map(|s| s.event_count).collect::<Vec<_>>())
-        .bind(segments.iter().map(|s| s.path.clone()).collect::<Vec<_>>())
-        .bind(segments.iter().map(|s| s.size_bytes).collect::<Vec<_>>())
         .execute(&mut *tx)
         .await?;
-        sqlx::query("DELETE FROM tasks WHERE net_range = $1")
-            .bind(key.range)
+        sqlx::query!("DELETE FROM tasks WHERE net_range = $1", key.range)
             .execute(&mut *tx)
             .await?;
         queue_garbage(&mut tx, &[key.shuffle_prefix()], Duration::ZERO).await?;
@@ -311,13 +333,13 @@ impl Store {
         key: &NetRangeKey,
         failure: &Failure,
     ) -> Result<(), StoreError> {
-        sqlx::query(
+        sqlx::query!(
             "UPDATE net_ranges SET state = 'failed', error_code = $2, error = $3 \
               WHERE id = $1 AND state = 'computing'",
+            key.range,
+            failure.code.as_str(),
+            failure.message
         )
-        .bind(key.range)
-        .bind(failure.code.as_str())
-        .bind(&failure.message)
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -326,8 +348,7 @@ impl Store {
     /// Drops range `key` (with its tasks), its objects queued as garbage.
     pub async fn drop_net_range(&self, key: &NetRangeKey) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query("DELETE FROM net_ranges WHERE id = $1")
-            .bind(key.range)
+        sqlx::query!("DELETE FROM net_ranges WHERE id = $1", key.range)
             .execute(&mut *tx)
             .await?;
         queue_garbage(
@@ -342,14 +363,15 @@ impl Store {
 
     /// Drops the ranges nobody read for `idle`; returns how many.
     pub async fn drop_idle_net_ranges(&self, idle: Duration) -> Result<usize, StoreError> {
-        let idle: Vec<(i64, TableId)> = sqlx::query_as(
-            "SELECT id, table_id FROM net_ranges \
-              WHERE read_at < now() - make_interval(secs => $1)",
+        let idle = sqlx::query!(
+            r#"SELECT id, table_id AS "table_id: TableId" FROM net_ranges
+                WHERE read_at < now() - make_interval(secs => $1)"#,
+            idle.as_secs_f64()
         )
-        .bind(idle.as_secs_f64())
         .fetch_all(&self.pool)
         .await?;
-        for &(range, table) in &idle {
+        for r in &idle {
+            let (table, range) = (r.table_id, r.id);
             self.drop_net_range(&NetRangeKey { table, range }).await?;
         }
         Ok(idle.len())
@@ -362,14 +384,15 @@ impl Store {
         consumed: i64,
         max: i64,
     ) -> Result<Vec<NetSegment>, StoreError> {
-        Ok(sqlx::query_as(
+        Ok(sqlx::query_as!(
+            NetSegment,
             "SELECT segment_no, first_event, event_count, path, size_bytes FROM net_segments \
               WHERE range_id = $1 AND first_event + event_count > $2 \
               ORDER BY segment_no LIMIT $3",
+            range,
+            consumed,
+            max
         )
-        .bind(range)
-        .bind(consumed)
-        .bind(max)
         .fetch_all(&self.pool)
         .await?)
     }
