@@ -37,13 +37,11 @@ impl Retention {
 }
 
 /// The pruned prefix of a table's feed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, sqlx::FromRow)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Floor {
     /// Every change set up to this ordinal is gone (0: none).
-    #[sqlx(rename = "pruned_through_ordinal")]
     pub ordinal: i64,
     /// Events the last pruned change set had.
-    #[sqlx(rename = "pruned_through_events")]
     pub events: i64,
 }
 
@@ -73,10 +71,12 @@ pub struct Pruned {
 impl Store {
     /// The pruned prefix of `table`'s feed.
     pub async fn floor(&self, table: TableId) -> Result<Floor, StoreError> {
-        sqlx::query_as(
-            "SELECT pruned_through_ordinal, pruned_through_events FROM source_tables WHERE id = $1",
+        sqlx::query_as!(
+            Floor,
+            "SELECT pruned_through_ordinal AS ordinal, pruned_through_events AS events \
+               FROM source_tables WHERE id = $1",
+            table.0
         )
-        .bind(table)
         .fetch_optional(&self.pool)
         .await?
         .ok_or(StoreError::NotFound)
@@ -84,14 +84,14 @@ impl Store {
 
     /// Sets a table's retention limits.
     pub async fn set_retention(&self, table: TableId, r: &Retention) -> Result<(), StoreError> {
-        sqlx::query(
+        sqlx::query!(
             "UPDATE source_tables SET retention_max_age_ms = $2, retention_max_change_sets = $3, \
                retention_hard_max_age_ms = $4, updated_at = now() WHERE id = $1",
+            table.0,
+            r.max_age_ms,
+            r.max_change_sets,
+            r.hard_max_age_ms
         )
-        .bind(table)
-        .bind(r.max_age_ms)
-        .bind(r.max_change_sets)
-        .bind(r.hard_max_age_ms)
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -101,9 +101,10 @@ impl Store {
     /// transaction per table, with the floor), their segments are queued as garbage to be
     /// deleted after `grace`.
     pub async fn prune(&self, grace: Duration) -> Result<Vec<Pruned>, StoreError> {
-        let tables: Vec<TableId> = sqlx::query_scalar(
-            "SELECT id FROM source_tables WHERE retention_max_age_ms IS NOT NULL \
-               OR retention_max_change_sets IS NOT NULL OR retention_hard_max_age_ms IS NOT NULL",
+        let tables = sqlx::query_scalar!(
+            r#"SELECT id AS "id: TableId" FROM source_tables
+                WHERE retention_max_age_ms IS NOT NULL OR retention_max_change_sets IS NOT NULL
+                   OR retention_hard_max_age_ms IS NOT NULL"#
         )
         .fetch_all(&self.pool)
         .await?;
@@ -123,7 +124,8 @@ impl Store {
     ) -> Result<Option<Pruned>, StoreError> {
         let mut tx = self.pool.begin().await?;
         // Locks the table row: publishes and other pruners of this table wait.
-        let through: Option<i64> = sqlx::query_scalar(
+        // $2: ages stored before the API bounded them cannot overflow the interval.
+        let through: Option<i64> = sqlx::query_scalar!(
             "WITH t AS (SELECT * FROM source_tables WHERE id = $1 FOR UPDATE), \
                   needed AS (SELECT min(committed_ordinal) AS ordinal \
                                FROM subscription_tables WHERE table_id = $1) \
@@ -138,42 +140,42 @@ impl Store {
                  OR (t.retention_hard_max_age_ms IS NOT NULL \
                      AND c.published_at < now() - LEAST(t.retention_hard_max_age_ms, $2) \
                                                   * interval '1 millisecond'))",
+            table.0,
+            Retention::MAX_AGE_MS
         )
-        .bind(table)
-        // Ages stored before the API bounded them cannot overflow the interval.
-        .bind(Retention::MAX_AGE_MS)
         .fetch_one(&mut *tx)
         .await?;
         let Some(through) = through else {
             return Ok(None);
         };
-        let removed: Vec<(i64, i64, i64, Option<String>)> = sqlx::query_as(
+        let removed = sqlx::query!(
             "DELETE FROM change_sets WHERE table_id = $1 AND ordinal <= $2 \
              RETURNING ordinal, snapshot_id, event_count, prefix",
+            table.0,
+            through
         )
-        .bind(table)
-        .bind(through)
         .fetch_all(&mut *tx)
         .await?;
         let events = removed
             .iter()
-            .find(|(ordinal, ..)| *ordinal == through)
-            .map_or(0, |(_, _, n, _)| *n);
+            .find(|r| r.ordinal == through)
+            .map_or(0, |r| r.event_count);
         let change_sets = removed.len() as i64;
         let prefixes: Vec<String> = removed
             .into_iter()
-            .map(|(_, snapshot, _, prefix)| {
-                prefix.unwrap_or_else(|| key::legacy_prefix(table, snapshot))
+            .map(|r| {
+                r.prefix
+                    .unwrap_or_else(|| key::legacy_prefix(table, r.snapshot_id))
             })
             .collect();
         queue_garbage(&mut tx, &prefixes, grace).await?;
-        sqlx::query(
+        sqlx::query!(
             "UPDATE source_tables SET pruned_through_ordinal = $2, pruned_through_events = $3 \
              WHERE id = $1",
+            table.0,
+            through,
+            events
         )
-        .bind(table)
-        .bind(through)
-        .bind(events)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -186,18 +188,18 @@ impl Store {
 
     /// Garbage whose grace period has passed: (id, prefix).
     pub async fn due_garbage(&self, limit: i64) -> Result<Vec<(i64, String)>, StoreError> {
-        Ok(sqlx::query_as(
+        let due = sqlx::query!(
             "SELECT id, prefix FROM garbage WHERE delete_after <= now() ORDER BY id LIMIT $1",
+            limit
         )
-        .bind(limit)
         .fetch_all(&self.pool)
-        .await?)
+        .await?;
+        Ok(due.into_iter().map(|r| (r.id, r.prefix)).collect())
     }
 
     /// Forgets garbage that was deleted.
     pub async fn forget_garbage(&self, ids: &[i64]) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM garbage WHERE id = ANY($1)")
-            .bind(ids)
+        sqlx::query!("DELETE FROM garbage WHERE id = ANY($1)", ids)
             .execute(&self.pool)
             .await?;
         Ok(())
@@ -211,12 +213,12 @@ pub(super) async fn queue_garbage(
     prefixes: &[String],
     after: Duration,
 ) -> Result<(), StoreError> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO garbage (prefix, delete_after) \
          SELECT p, now() + make_interval(secs => $2) FROM unnest($1::text[]) AS p",
+        prefixes,
+        after.as_secs_f64()
     )
-    .bind(prefixes)
-    .bind(after.as_secs_f64())
     .execute(&mut **tx)
     .await?;
     Ok(())

@@ -9,7 +9,7 @@ use crate::changes::{ChangeSetKey, NetRangeKey, ShuffleKey};
 use crate::failure::{Failure, FailureCode};
 
 /// A task this node claimed.
-#[derive(Clone, Debug, sqlx::FromRow)]
+#[derive(Clone, Debug)]
 pub struct ClaimedTask {
     pub id: String,
     pub table_id: TableId,
@@ -85,7 +85,7 @@ impl From<&NetRangeKey> for TaskScope {
 }
 
 /// A task as its coordinator sees it.
-#[derive(Clone, Debug, sqlx::FromRow)]
+#[derive(Clone, Debug)]
 pub struct TaskStatus {
     pub id: String,
     pub state: String,
@@ -122,21 +122,21 @@ impl Store {
     ) -> Result<(), StoreError> {
         let key = scope.into();
         let (ids, payloads): (Vec<String>, Vec<serde_json::Value>) = tasks.iter().cloned().unzip();
-        sqlx::query(
+        sqlx::query!(
             "INSERT INTO tasks (id, table_id, snapshot_id, ordinal, kind, payload, net_range) \
              SELECT u.id, $1, $2, $3, $4, u.payload, $7 \
                FROM unnest($5::text[], $6::jsonb[]) AS u(id, payload) \
               WHERE $7::bigint IS NULL OR EXISTS ( \
                     SELECT 1 FROM net_ranges WHERE id = $7 AND state = 'computing') \
              ON CONFLICT (id) DO NOTHING",
+            key.table.0,
+            key.snapshot_id,
+            key.ordinal,
+            kind.as_str(),
+            &ids,
+            &payloads,
+            key.net_range
         )
-        .bind(key.table)
-        .bind(key.snapshot_id)
-        .bind(key.ordinal)
-        .bind(kind.as_str())
-        .bind(&ids)
-        .bind(&payloads)
-        .bind(key.net_range)
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -150,41 +150,44 @@ impl Store {
         ttl: Duration,
         max_attempts: i32,
     ) -> Result<Option<ClaimedTask>, StoreError> {
-        sqlx::query(
+        sqlx::query!(
             "UPDATE tasks SET state = 'failed', permanent = true, \
                error_code = CASE WHEN error IS NULL THEN 'worker_lost' ELSE error_code END, \
                error = coalesce(error, 'its worker stopped answering ' || attempts || ' times') \
              WHERE state = 'running' AND expires_at <= now() AND attempts >= $1",
+            max_attempts
         )
-        .bind(max_attempts)
         .execute(&self.pool)
         .await?;
-        Ok(sqlx::query_as(
-            "UPDATE tasks t SET state = 'running', owner = $1, epoch = t.epoch + 1, \
-               attempts = t.attempts + 1, expires_at = now() + make_interval(secs => $2) \
-             WHERE t.id = (SELECT id FROM tasks \
-                            WHERE (state = 'pending' AND (not_before IS NULL OR not_before <= now())) \
-                               OR (state = 'running' AND expires_at <= now()) \
-                            ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED) \
-             RETURNING t.id, t.table_id, t.snapshot_id, t.ordinal, t.kind, t.payload, t.attempts, \
-                       t.owner, t.epoch, t.net_range",
+        // `owner!`: the column is nullable, but the claim has just set it.
+        Ok(sqlx::query_as!(
+            ClaimedTask,
+            r#"UPDATE tasks t SET state = 'running', owner = $1, epoch = t.epoch + 1,
+                      attempts = t.attempts + 1, expires_at = now() + make_interval(secs => $2)
+                WHERE t.id = (SELECT id FROM tasks
+                               WHERE (state = 'pending'
+                                      AND (not_before IS NULL OR not_before <= now()))
+                                  OR (state = 'running' AND expires_at <= now())
+                               ORDER BY created_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+            RETURNING t.id, t.table_id AS "table_id: TableId", t.snapshot_id, t.ordinal, t.kind,
+                      t.payload, t.attempts, t.owner AS "owner!", t.epoch, t.net_range"#,
+            owner,
+            ttl.as_secs_f64()
         )
-        .bind(owner)
-        .bind(ttl.as_secs_f64())
         .fetch_optional(&self.pool)
         .await?)
     }
 
     /// Extends a claimed task's lease; `LeaseLost` when another node took it over.
     pub async fn renew_task(&self, task: &ClaimedTask, ttl: Duration) -> Result<(), StoreError> {
-        let done = sqlx::query(
+        let done = sqlx::query!(
             "UPDATE tasks SET expires_at = now() + make_interval(secs => $4) \
              WHERE id = $1 AND owner = $2 AND epoch = $3 AND state = 'running'",
+            task.id,
+            task.owner,
+            task.epoch,
+            ttl.as_secs_f64()
         )
-        .bind(&task.id)
-        .bind(&task.owner)
-        .bind(task.epoch)
-        .bind(ttl.as_secs_f64())
         .execute(&self.pool)
         .await?;
         match done.rows_affected() {
@@ -199,14 +202,14 @@ impl Store {
         task: &ClaimedTask,
         result: &serde_json::Value,
     ) -> Result<(), StoreError> {
-        let done = sqlx::query(
+        let done = sqlx::query!(
             "UPDATE tasks SET state = 'done', result = $4, error = NULL, expires_at = NULL \
              WHERE id = $1 AND owner = $2 AND epoch = $3 AND state = 'running'",
+            task.id,
+            task.owner,
+            task.epoch,
+            result
         )
-        .bind(&task.id)
-        .bind(&task.owner)
-        .bind(task.epoch)
-        .bind(result)
         .execute(&self.pool)
         .await?;
         match done.rows_affected() {
@@ -224,19 +227,19 @@ impl Store {
         max_attempts: i32,
     ) -> Result<(), StoreError> {
         // Attempt n waits 2^(n-1) seconds (at most a minute) before the next one.
-        sqlx::query(
+        sqlx::query!(
             "UPDATE tasks SET error = $4, error_code = $7, expires_at = NULL, permanent = $5, \
                state = CASE WHEN $5 OR attempts >= $6 THEN 'failed' ELSE 'pending' END, \
                not_before = now() + make_interval(secs => least(60, 2 ^ (attempts - 1))) \
              WHERE id = $1 AND owner = $2 AND epoch = $3 AND state = 'running'",
+            task.id,
+            task.owner,
+            task.epoch,
+            failure.message,
+            permanent,
+            max_attempts,
+            failure.code.as_str()
         )
-        .bind(&task.id)
-        .bind(&task.owner)
-        .bind(task.epoch)
-        .bind(&failure.message)
-        .bind(permanent)
-        .bind(max_attempts)
-        .bind(failure.code.as_str())
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -250,36 +253,37 @@ impl Store {
         kind: TaskKind,
     ) -> Result<TaskProgress, StoreError> {
         let key = scope.into();
-        type Progress = (i64, i64, Option<String>, Option<String>, Option<bool>);
         // One failed task speaks for the change set: a permanent one if there is one.
-        let (planned, done, error, code, permanent): Progress = sqlx::query_as(
-            "SELECT count(*), count(*) FILTER (WHERE state = 'done'), \
-                    (array_agg(coalesce(error, 'failed') ORDER BY permanent DESC, id) \
-                       FILTER (WHERE state = 'failed'))[1], \
-                    (array_agg(error_code ORDER BY permanent DESC, id) \
-                       FILTER (WHERE state = 'failed'))[1], \
-                    bool_or(permanent) FILTER (WHERE state = 'failed') \
-               FROM tasks WHERE table_id = $1 AND ordinal = $2 AND snapshot_id = $3 AND kind = $4 \
-                AND net_range IS NOT DISTINCT FROM $5",
+        let row = sqlx::query!(
+            r#"SELECT count(*) AS "planned!", count(*) FILTER (WHERE state = 'done') AS "done!",
+                      (array_agg(coalesce(error, 'failed') ORDER BY permanent DESC, id)
+                         FILTER (WHERE state = 'failed'))[1] AS error,
+                      (array_agg(error_code ORDER BY permanent DESC, id)
+                         FILTER (WHERE state = 'failed'))[1] AS code,
+                      bool_or(permanent) FILTER (WHERE state = 'failed') AS permanent
+                 FROM tasks
+                WHERE table_id = $1 AND ordinal = $2 AND snapshot_id = $3 AND kind = $4
+                  AND net_range IS NOT DISTINCT FROM $5"#,
+            key.table.0,
+            key.ordinal,
+            key.snapshot_id,
+            kind.as_str(),
+            key.net_range
         )
-        .bind(key.table)
-        .bind(key.ordinal)
-        .bind(key.snapshot_id)
-        .bind(kind.as_str())
-        .bind(key.net_range)
         .fetch_one(&self.pool)
         .await?;
         Ok(TaskProgress {
-            planned,
-            done,
-            failed: error.map(|message| TaskFailure {
+            planned: row.planned,
+            done: row.done,
+            failed: row.error.map(|message| TaskFailure {
                 failure: Failure::new(
-                    code.as_deref()
+                    row.code
+                        .as_deref()
                         .and_then(FailureCode::parse)
                         .unwrap_or(FailureCode::Internal),
                     message,
                 ),
-                permanent: permanent.unwrap_or(false),
+                permanent: row.permanent.unwrap_or(false),
             }),
         })
     }
@@ -291,29 +295,32 @@ impl Store {
         kind: TaskKind,
     ) -> Result<Vec<TaskStatus>, StoreError> {
         let key = scope.into();
-        Ok(sqlx::query_as(
+        Ok(sqlx::query_as!(
+            TaskStatus,
             "SELECT id, state, result, error FROM tasks \
              WHERE table_id = $1 AND ordinal = $2 AND snapshot_id = $3 AND kind = $4 \
                AND net_range IS NOT DISTINCT FROM $5 \
              ORDER BY id",
+            key.table.0,
+            key.ordinal,
+            key.snapshot_id,
+            kind.as_str(),
+            key.net_range
         )
-        .bind(key.table)
-        .bind(key.ordinal)
-        .bind(key.snapshot_id)
-        .bind(kind.as_str())
-        .bind(key.net_range)
         .fetch_all(&self.pool)
         .await?)
     }
 
     /// Forgets the tasks of change set `key` (to plan it afresh).
     pub async fn delete_change_set_tasks(&self, key: &ChangeSetKey) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM tasks WHERE table_id = $1 AND ordinal = $2 AND snapshot_id = $3")
-            .bind(key.table)
-            .bind(key.ordinal)
-            .bind(key.snapshot_id)
-            .execute(&self.pool)
-            .await?;
+        sqlx::query!(
+            "DELETE FROM tasks WHERE table_id = $1 AND ordinal = $2 AND snapshot_id = $3",
+            key.table.0,
+            key.ordinal,
+            key.snapshot_id
+        )
+        .execute(&self.pool)
+        .await?;
         Ok(())
     }
 }
