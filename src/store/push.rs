@@ -5,11 +5,12 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::leases::{Lease, fence};
+use super::subscriptions::columns_of;
 use super::{Store, StoreError};
 use crate::changes::Position;
 
 /// A push subscription's target and progress.
-#[derive(Clone, Debug, sqlx::FromRow)]
+#[derive(Clone, Debug)]
 pub struct PushRecord {
     /// The target as registered, secrets included.
     pub target: serde_json::Value,
@@ -36,7 +37,7 @@ pub struct NewDeadLetter {
 }
 
 /// A stored dead letter.
-#[derive(Clone, Debug, sqlx::FromRow)]
+#[derive(Clone, Debug)]
 pub struct DeadLetter {
     pub id: i64,
     pub position: String,
@@ -64,18 +65,16 @@ pub struct PushCommit {
     pub settled: Vec<(String, i64)>,
 }
 
-const DEAD_COLUMNS: &str = "id, position, event, index_name, document_id, version, error_type, \
-                            reason, created_at, queued_at";
-
 impl Store {
     /// The target and progress of push subscription `id`.
     pub async fn push_record(&self, id: Uuid) -> Result<PushRecord, StoreError> {
-        sqlx::query_as(
+        sqlx::query_as!(
+            PushRecord,
             "SELECT target, documents_indexed, documents_deleted, documents_skipped, \
                     documents_rejected, last_error, last_error_at, retry_at, last_pushed_at \
                FROM push_targets WHERE subscription_id = $1",
+            id
         )
-        .bind(id)
         .fetch_optional(&self.pool)
         .await?
         .ok_or(StoreError::NotFound)
@@ -86,23 +85,27 @@ impl Store {
         &self,
         id: Uuid,
     ) -> Result<(Option<String>, i64), StoreError> {
-        Ok(sqlx::query_as(
-            "SELECT (SELECT owner FROM leases WHERE name = 'subscription:' || $1::text                        AND expires_at > now()),                     (SELECT count(*) FROM dead_letters WHERE subscription_id = $1)",
+        let row = sqlx::query!(
+            r#"SELECT (SELECT owner FROM leases WHERE name = 'subscription:' || $1::uuid::text
+                          AND expires_at > now()) AS holder,
+                      (SELECT count(*) FROM dead_letters WHERE subscription_id = $1)
+                        AS "dead_letters!""#,
+            id
         )
-        .bind(id)
         .fetch_one(&self.pool)
-        .await?)
+        .await?;
+        Ok((row.holder, row.dead_letters))
     }
 
     /// Push subscriptions that want a worker (active, or backing off) and whose lease
     /// nobody holds.
     pub async fn unclaimed_push_subscriptions(&self) -> Result<Vec<Uuid>, StoreError> {
-        Ok(sqlx::query_scalar(
+        Ok(sqlx::query_scalar!(
             "SELECT s.id FROM subscriptions s \
                LEFT JOIN leases l ON l.name = 'subscription:' || s.id::text \
               WHERE s.kind = 'opensearch' AND s.state IN ('active', 'backing_off') \
                 AND (l.name IS NULL OR l.expires_at <= now()) \
-              ORDER BY s.created_at",
+              ORDER BY s.created_at"
         )
         .fetch_all(&self.pool)
         .await?)
@@ -128,22 +131,22 @@ impl Store {
     ) -> Result<bool, StoreError> {
         let mut tx = self.pool.begin().await?;
         fence(&mut tx, lease).await?;
-        let committed: Vec<(i64, i64)> = sqlx::query_as(
+        let committed = sqlx::query!(
             "SELECT committed_ordinal, committed_consumed FROM subscription_tables \
               WHERE subscription_id = $1 ORDER BY slot FOR UPDATE",
+            id
         )
-        .bind(id)
         .fetch_all(&mut *tx)
         .await?;
         let unchanged = committed.len() == expected.len()
-            && committed
-                .iter()
-                .zip(expected)
-                .all(|(c, e)| *c == (e.ordinal, e.consumed));
+            && committed.iter().zip(expected).all(|(c, e)| {
+                (c.committed_ordinal, c.committed_consumed) == (e.ordinal, e.consumed)
+            });
         if !unchanged {
             return Ok(false);
         }
-        sqlx::query(
+        let (ordinals, consumed) = columns_of(next);
+        sqlx::query!(
             "UPDATE subscription_tables t SET committed_ordinal = u.o, committed_consumed = u.c, \
                     delivered_ordinal = greatest(t.delivered_ordinal, u.o), \
                     delivered_consumed = CASE WHEN u.o > t.delivered_ordinal THEN u.c \
@@ -151,51 +154,57 @@ impl Store {
                       ELSE t.delivered_consumed END \
                FROM unnest($2::bigint[], $3::bigint[]) WITH ORDINALITY AS u(o, c, n) \
               WHERE t.subscription_id = $1 AND t.slot = u.n - 1",
+            id,
+            &ordinals,
+            &consumed
         )
-        .bind(id)
-        .bind(next.iter().map(|p| p.ordinal).collect::<Vec<_>>())
-        .bind(next.iter().map(|p| p.consumed).collect::<Vec<_>>())
         .execute(&mut *tx)
         .await?;
         // Inserted first: a later change in the same batch supersedes them too.
         insert_dead_letters(&mut tx, id, &batch.dead).await?;
         if !batch.settled.is_empty() {
-            sqlx::query(
+            let documents: Vec<&str> = batch.settled.iter().map(|(d, _)| d.as_str()).collect();
+            let versions: Vec<i64> = batch.settled.iter().map(|(_, v)| *v).collect();
+            // `as`: an array of borrowed strings, which the macros cannot check.
+            sqlx::query!(
                 "DELETE FROM dead_letters d USING unnest($2::text[], $3::bigint[]) AS u(doc, v) \
                   WHERE d.subscription_id = $1 AND d.document_id = u.doc AND d.version < u.v",
+                id,
+                &documents as &[&str],
+                &versions
             )
-            .bind(id)
-            .bind(batch.settled.iter().map(|(d, _)| d).collect::<Vec<_>>())
-            .bind(batch.settled.iter().map(|(_, v)| *v).collect::<Vec<_>>())
             .execute(&mut *tx)
             .await?;
         }
-        sqlx::query(
+        let rejected = batch.dead.len() as i64;
+        sqlx::query!(
             "UPDATE push_targets SET documents_indexed = documents_indexed + $2, \
                     documents_deleted = documents_deleted + $3, \
                     documents_skipped = documents_skipped + $4, \
                     documents_rejected = documents_rejected + $5, last_pushed_at = now() \
               WHERE subscription_id = $1",
+            id,
+            batch.indexed,
+            batch.deleted,
+            batch.skipped,
+            rejected
         )
-        .bind(id)
-        .bind(batch.indexed)
-        .bind(batch.deleted)
-        .bind(batch.skipped)
-        .bind(batch.dead.len() as i64)
         .execute(&mut *tx)
         .await?;
         // Back to running after a backoff.
-        sqlx::query(
+        sqlx::query!(
             "UPDATE subscriptions SET state = 'active', updated_at = now() \
               WHERE id = $1 AND state = 'backing_off'",
+            id
         )
-        .bind(id)
         .execute(&mut *tx)
         .await?;
-        sqlx::query("UPDATE push_targets SET retry_at = NULL WHERE subscription_id = $1")
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
+        sqlx::query!(
+            "UPDATE push_targets SET retry_at = NULL WHERE subscription_id = $1",
+            id
+        )
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(true)
     }
@@ -234,23 +243,23 @@ impl Store {
     ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         fence(&mut tx, lease).await?;
-        sqlx::query(
+        sqlx::query!(
             "UPDATE subscriptions SET state = $2, updated_at = now(), \
                     last_error = CASE WHEN $2 = 'failed' THEN $3 ELSE last_error END \
               WHERE id = $1 AND state IN ('active', 'backing_off')",
+            id,
+            state,
+            error
         )
-        .bind(id)
-        .bind(state)
-        .bind(error)
         .execute(&mut *tx)
         .await?;
-        sqlx::query(
+        sqlx::query!(
             "UPDATE push_targets SET last_error = $2, last_error_at = now(), retry_at = $3 \
               WHERE subscription_id = $1",
+            id,
+            error,
+            retry_at
         )
-        .bind(id)
-        .bind(error)
-        .bind(retry_at)
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -265,14 +274,15 @@ impl Store {
         positions: &[Position],
     ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query(
+        let (ordinals, consumed) = columns_of(positions);
+        sqlx::query!(
             "UPDATE subscription_tables t SET committed_ordinal = u.o, committed_consumed = u.c \
                FROM unnest($2::bigint[], $3::bigint[]) WITH ORDINALITY AS u(o, c, n) \
               WHERE t.subscription_id = $1 AND t.slot = u.n - 1",
+            id,
+            &ordinals,
+            &consumed
         )
-        .bind(id)
-        .bind(positions.iter().map(|p| p.ordinal).collect::<Vec<_>>())
-        .bind(positions.iter().map(|p| p.consumed).collect::<Vec<_>>())
         .execute(&mut *tx)
         .await?;
         super::subscriptions::wake_subscription(&mut tx, id).await?;
@@ -287,28 +297,30 @@ impl Store {
         after: i64,
         limit: i64,
     ) -> Result<Vec<DeadLetter>, StoreError> {
-        let sql = format!(
-            "SELECT {DEAD_COLUMNS} FROM dead_letters \
-              WHERE subscription_id = $1 AND id > $2 ORDER BY id LIMIT $3"
-        );
-        Ok(sqlx::query_as(&sql)
-            .bind(id)
-            .bind(after)
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await?)
+        Ok(sqlx::query_as!(
+            DeadLetter,
+            "SELECT id, position, event, index_name, document_id, version, error_type, reason, \
+                    created_at, queued_at \
+               FROM dead_letters \
+              WHERE subscription_id = $1 AND id > $2 ORDER BY id LIMIT $3",
+            id,
+            after,
+            limit
+        )
+        .fetch_all(&self.pool)
+        .await?)
     }
 
     /// Queues dead letters of `id` for a redrive by the node pushing it, and wakes that
     /// node; how many were queued.
     pub async fn queue_redrive(&self, id: Uuid, ids: &[i64]) -> Result<u64, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let queued = sqlx::query(
+        let queued = sqlx::query!(
             "UPDATE dead_letters SET queued_at = coalesce(queued_at, now()) \
               WHERE subscription_id = $1 AND id = ANY($2)",
+            id,
+            ids
         )
-        .bind(id)
-        .bind(ids)
         .execute(&mut *tx)
         .await?
         .rows_affected();
@@ -323,15 +335,17 @@ impl Store {
         id: Uuid,
         limit: i64,
     ) -> Result<Vec<DeadLetter>, StoreError> {
-        let sql = format!(
-            "SELECT {DEAD_COLUMNS} FROM dead_letters \
-              WHERE subscription_id = $1 AND queued_at IS NOT NULL ORDER BY id LIMIT $2"
-        );
-        Ok(sqlx::query_as(&sql)
-            .bind(id)
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await?)
+        Ok(sqlx::query_as!(
+            DeadLetter,
+            "SELECT id, position, event, index_name, document_id, version, error_type, reason, \
+                    created_at, queued_at \
+               FROM dead_letters \
+              WHERE subscription_id = $1 AND queued_at IS NOT NULL ORDER BY id LIMIT $2",
+            id,
+            limit
+        )
+        .fetch_all(&self.pool)
+        .await?)
     }
 
     /// After a redrive, under the subscription's lease: forgets the dead letters that
@@ -345,21 +359,27 @@ impl Store {
     ) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         fence(&mut tx, lease).await?;
-        sqlx::query("DELETE FROM dead_letters WHERE subscription_id = $1 AND id = ANY($2)")
-            .bind(id)
-            .bind(resolved)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query(
+        sqlx::query!(
+            "DELETE FROM dead_letters WHERE subscription_id = $1 AND id = ANY($2)",
+            id,
+            resolved
+        )
+        .execute(&mut *tx)
+        .await?;
+        let ids: Vec<i64> = again.iter().map(|(i, _, _)| *i).collect();
+        let types: Vec<&str> = again.iter().map(|(_, t, _)| t.as_str()).collect();
+        let reasons: Vec<&str> = again.iter().map(|(_, _, r)| r.as_str()).collect();
+        // `as`: arrays of borrowed strings, which the macros cannot check.
+        sqlx::query!(
             "UPDATE dead_letters d SET error_type = u.t, reason = u.r, created_at = now(), \
                     queued_at = NULL \
                FROM unnest($2::bigint[], $3::text[], $4::text[]) AS u(i, t, r) \
               WHERE d.subscription_id = $1 AND d.id = u.i",
+            id,
+            &ids,
+            &types as &[&str],
+            &reasons as &[&str]
         )
-        .bind(id)
-        .bind(again.iter().map(|(i, _, _)| *i).collect::<Vec<_>>())
-        .bind(again.iter().map(|(_, t, _)| t).collect::<Vec<_>>())
-        .bind(again.iter().map(|(_, _, r)| r).collect::<Vec<_>>())
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
@@ -375,28 +395,28 @@ async fn insert_dead_letters(
     if dead.is_empty() {
         return Ok(());
     }
-    sqlx::query(
+    let positions: Vec<&str> = dead.iter().map(|d| d.position.as_str()).collect();
+    let events: Vec<&serde_json::Value> = dead.iter().map(|d| &d.event).collect();
+    let indexes: Vec<Option<&str>> = dead.iter().map(|d| d.index_name.as_deref()).collect();
+    let documents: Vec<Option<&str>> = dead.iter().map(|d| d.document_id.as_deref()).collect();
+    let versions: Vec<i64> = dead.iter().map(|d| d.version).collect();
+    let types: Vec<&str> = dead.iter().map(|d| d.error_type.as_str()).collect();
+    let reasons: Vec<&str> = dead.iter().map(|d| d.reason.as_str()).collect();
+    // `as`: arrays of borrowed or nullable elements, which the macros cannot check.
+    sqlx::query!(
         "INSERT INTO dead_letters (subscription_id, position, event, index_name, document_id, \
                                    version, error_type, reason) \
          SELECT $1, * FROM unnest($2::text[], $3::jsonb[], $4::text[], $5::text[], \
                                   $6::bigint[], $7::text[], $8::text[])",
+        id,
+        &positions as &[&str],
+        &events as &[&serde_json::Value],
+        &indexes as &[Option<&str>],
+        &documents as &[Option<&str>],
+        &versions,
+        &types as &[&str],
+        &reasons as &[&str]
     )
-    .bind(id)
-    .bind(dead.iter().map(|d| &d.position).collect::<Vec<_>>())
-    .bind(dead.iter().map(|d| &d.event).collect::<Vec<_>>())
-    .bind(
-        dead.iter()
-            .map(|d| d.index_name.as_deref())
-            .collect::<Vec<_>>(),
-    )
-    .bind(
-        dead.iter()
-            .map(|d| d.document_id.as_deref())
-            .collect::<Vec<_>>(),
-    )
-    .bind(dead.iter().map(|d| d.version).collect::<Vec<_>>())
-    .bind(dead.iter().map(|d| &d.error_type).collect::<Vec<_>>())
-    .bind(dead.iter().map(|d| &d.reason).collect::<Vec<_>>())
     .execute(&mut **tx)
     .await?;
     Ok(())
