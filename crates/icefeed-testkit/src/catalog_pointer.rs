@@ -57,6 +57,8 @@ pub(crate) async fn swap(
     let mut conn = sqlx::SqliteConnection::connect_with(&options)
         .await
         .map_err(sql)?;
+    // Runtime-checked: the SQLite catalog of a fixture, not icefeed's schema, which is
+    // what the compile-time checks know.
     let updated = sqlx::query(
         "UPDATE iceberg_tables
             SET metadata_location = ?, previous_metadata_location = ?
