@@ -19,6 +19,8 @@
 
 FROM rust:1.95-bookworm AS builder
 WORKDIR /src
+# Queries are checked against the committed .sqlx/: no database at build time.
+ENV SQLX_OFFLINE=true
 COPY . .
 RUN --mount=type=cache,id=icefeed-cargo-registry,target=/usr/local/cargo/registry \
     --mount=type=cache,id=icefeed-cargo-git,target=/usr/local/cargo/git \

@@ -23,6 +23,8 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/icefeed/target}
+# Queries compile against the committed .sqlx/, whatever DATABASE_URL says.
+export SQLX_OFFLINE=true
 export ICEFEED_LISTEN=${ICEFEED_LISTEN:-127.0.0.1:8080}
 READY_TIMEOUT=${ICEFEED_READY_TIMEOUT:-60}
 STATE=.icefeed

@@ -39,6 +39,7 @@
 #                              ICEFEED_TEST_NODE_MODULES, a node_modules holding the
 #                              packages of tests/node; skips node-tools.sh)
 #   CARGO_TARGET_DIR           default $HOME/.cache/icefeed/target, shared by all clones
+# Queries compile against .sqlx/ (SQLX_OFFLINE=true), whatever DATABASE_URL says.
 #
 # Examples: scripts/test.sh
 #           scripts/test.sh --lib changes::json
@@ -98,6 +99,7 @@ export ICEFEED_TEST_AZURE_URL ICEFEED_TEST_CHROMIUM ICEFEED_TEST_NODE_MODULES IC
 export ICEFEED_TEST_SPARK_JAR ICEFEED_TEST_SPARK_AWS_BUNDLE
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$HOME/.cache/icefeed/target}
 export RUST_BACKTRACE=${RUST_BACKTRACE:-1}
+export SQLX_OFFLINE=true
 
 echo "test.sh: database $ICEFEED_TEST_DATABASE_URL" >&2
 echo "test.sh: python   $ICEFEED_TEST_PYTHON" >&2
