@@ -218,7 +218,8 @@ impl Store {
             .iter()
             .map(|s| s.lineage.map(|l| l.sequence_number))
             .collect();
-        // `as`: arrays of borrowed or nullable elements, which the macros cannot check.
+        // `as` skips the macros' type check, which takes arrays of owned, non-null
+        // elements only (`&[String]`, `&[i64]`).
         sqlx::query!(
             "INSERT INTO segments (table_id, ordinal, segment_no, first_event, event_count, \
                layout, path, size_bytes, deleted_rows, first_row_id, lineage_sequence_number) \

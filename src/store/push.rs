@@ -165,7 +165,7 @@ impl Store {
         if !batch.settled.is_empty() {
             let documents: Vec<&str> = batch.settled.iter().map(|(d, _)| d.as_str()).collect();
             let versions: Vec<i64> = batch.settled.iter().map(|(_, v)| *v).collect();
-            // `as`: an array of borrowed strings, which the macros cannot check.
+            // `as` skips the macros' type check, which takes `&[String]` for a text[].
             sqlx::query!(
                 "DELETE FROM dead_letters d USING unnest($2::text[], $3::bigint[]) AS u(doc, v) \
                   WHERE d.subscription_id = $1 AND d.document_id = u.doc AND d.version < u.v",
@@ -369,7 +369,7 @@ impl Store {
         let ids: Vec<i64> = again.iter().map(|(i, _, _)| *i).collect();
         let types: Vec<&str> = again.iter().map(|(_, t, _)| t.as_str()).collect();
         let reasons: Vec<&str> = again.iter().map(|(_, _, r)| r.as_str()).collect();
-        // `as`: arrays of borrowed strings, which the macros cannot check.
+        // `as` skips the macros' type check, which takes `&[String]` for a text[].
         sqlx::query!(
             "UPDATE dead_letters d SET error_type = u.t, reason = u.r, created_at = now(), \
                     queued_at = NULL \
@@ -402,7 +402,8 @@ async fn insert_dead_letters(
     let versions: Vec<i64> = dead.iter().map(|d| d.version).collect();
     let types: Vec<&str> = dead.iter().map(|d| d.error_type.as_str()).collect();
     let reasons: Vec<&str> = dead.iter().map(|d| d.reason.as_str()).collect();
-    // `as`: arrays of borrowed or nullable elements, which the macros cannot check.
+    // `as` skips the macros' type check, which takes arrays of owned, non-null
+    // elements only (`&[String]`, `&[i64]`).
     sqlx::query!(
         "INSERT INTO dead_letters (subscription_id, position, event, index_name, document_id, \
                                    version, error_type, reason) \
