@@ -1287,6 +1287,8 @@ async fn sample(
     let pids = [cluster.pid(0), cluster.pid(1)];
     let rss = pids.map(|p| p.and_then(proc_rss_mb));
     let fds = pids.map(|p| p.and_then(proc_fds));
+    // Runtime-checked: a system view, not icefeed's schema (and `cargo sqlx prepare` does
+    // not build the benches).
     let connections: Option<i64> =
         sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE datname = $1")
             .bind(db_name)

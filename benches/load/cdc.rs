@@ -359,6 +359,7 @@ pub async fn copy_table(source: &Path, dest: &Path) -> anyhow::Result<()> {
     let options = sqlx::sqlite::SqliteConnectOptions::new().filename(dest.join("catalog.db"));
     let mut conn = sqlx::SqliteConnection::connect_with(&options).await?;
     let (from, to) = (source.display().to_string(), dest.display().to_string());
+    // Runtime-checked: the SQLite catalog of a fixture, not icefeed's schema.
     sqlx::query(
         "UPDATE iceberg_tables
             SET metadata_location = replace(metadata_location, ?1, ?2),
