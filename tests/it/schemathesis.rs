@@ -52,6 +52,7 @@ async fn schemathesis_finds_no_server_error_and_no_answer_off_the_document() {
 
     // A fixed seed, so that CI runs the same cases; ICEFEED_SCHEMATHESIS_SEED explores.
     let seed = std::env::var("ICEFEED_SCHEMATHESIS_SEED").unwrap_or_else(|_| "1".into());
+    let scratch = tempfile::tempdir().unwrap();
     let run = tokio::process::Command::new(command)
         .arg("run")
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/openapi/icefeed.json"))
@@ -68,6 +69,8 @@ async fn schemathesis_finds_no_server_error_and_no_answer_off_the_document() {
         .args(["--exclude-path-regex", "stream$"])
         .args(["--request-timeout", "10"])
         .env("NO_COLOR", "1")
+        // Its cache (`.schemathesis/`) goes with the test, not into the checkout.
+        .current_dir(scratch.path())
         .kill_on_drop(true)
         .output();
     // Awaited, not blocked on: the node serves from this test's runtime.
