@@ -22,7 +22,10 @@ use crate::changes::{Position, ReadSchema, SegmentFile, SegmentReader};
 use crate::store::{SegmentRecord, SourceTable, Store, TableId};
 use crate::telemetry::metric::EVENTS_RENDERED;
 
-/// Segments fetched from the index per round trip.
+/// Segments fetched from the index by a read's first round trip: a page mostly lies
+/// within one or two, and every row fetched is decoded on both sides.
+const FIRST_SEGMENTS: i64 = 8;
+/// Segments fetched by each further round trip of a read that goes on past those.
 const SEGMENTS_PER_QUERY: i64 = 64;
 /// Events one request examines at most: a filter that matches almost nothing still
 /// answers promptly, with `more` set and the position advanced past what it skipped.
@@ -167,17 +170,14 @@ impl Feed {
             more: false,
         };
         let mut scanned = 0usize;
+        let mut max = FIRST_SEGMENTS;
         loop {
             let segments = self
                 .store
-                .segments_after(
-                    table.id,
-                    end.next.ordinal,
-                    end.next.consumed,
-                    SEGMENTS_PER_QUERY,
-                )
+                .segments_after(table.id, end.next.ordinal, end.next.consumed, max)
                 .await?;
-            let exhausted = (segments.len() as i64) < SEGMENTS_PER_QUERY;
+            let exhausted = (segments.len() as i64) < max;
+            max = SEGMENTS_PER_QUERY;
             for segment in &segments {
                 if end.count == request.limit
                     || scanned >= SCAN_BUDGET

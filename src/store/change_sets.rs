@@ -286,7 +286,9 @@ impl Store {
         Ok(())
     }
 
-    /// Segments holding events after position (`ordinal`, `consumed`), in feed order.
+    /// Segments holding events after position (`ordinal`, `consumed`), in feed order:
+    /// those ending after it (a change set's segments end one after another), in one
+    /// range scan of `segments_by_end`.
     pub async fn segments_after(
         &self,
         table: TableId,
@@ -301,9 +303,8 @@ impl Store {
                     c.snapshot_id, c.sequence_number, c.committed_at, c.schema_id, \
                     c.push_version \
                FROM segments s JOIN change_sets c USING (table_id, ordinal) \
-              WHERE s.table_id = $1 \
-                AND (s.ordinal > $2 OR (s.ordinal = $2 AND s.first_event + s.event_count > $3)) \
-              ORDER BY s.ordinal, s.segment_no \
+              WHERE s.table_id = $1 AND (s.ordinal, s.end_event) > ($2, $3) \
+              ORDER BY s.ordinal, s.end_event \
               LIMIT $4",
             table.0,
             ordinal,
