@@ -52,9 +52,17 @@ impl DecodedCache {
         }
     }
 
+    /// Whether window `index` of `segment` is kept.
+    pub fn contains(&self, segment: &str, index: usize) -> bool {
+        self.windows.contains_key(&WindowKey {
+            segment: segment.to_string(),
+            index,
+        })
+    }
+
     /// Events `offset .. offset + count` of `segment`, which holds `total` events, sliced
     /// from the windows they fall in; `decode(first, len)` reads the events of a window
-    /// that is not kept. Readers of a window being decoded wait for that decoding.
+    /// that is not kept.
     pub async fn rows<F, Fut>(
         &self,
         segment: &str,
@@ -73,29 +81,45 @@ impl DecodedCache {
         while at < end {
             let index = at / WINDOW_EVENTS;
             let first = index * WINDOW_EVENTS;
-            let len = WINDOW_EVENTS.min(total - first);
-            let key = WindowKey {
-                segment: segment.to_string(),
-                index,
-            };
-            let window = self
-                .windows
-                .try_get_with(key, async {
-                    let batches = decode(first, len).await?;
-                    // Fewer rows than the index counts: the segment is not what was
-                    // published, and slicing would hand back a gap.
-                    if batches.iter().map(RecordBatch::num_rows).sum::<usize>() != len {
-                        return Err(FeedError::Corrupt(segment.to_string()));
-                    }
-                    Ok(Arc::from(batches))
-                })
-                .await
-                .map_err(FeedError::from)?;
-            let take = (first + len).min(end) - at;
+            let window = self.window(segment, total, index, &decode).await?;
+            let take = (first + WINDOW_EVENTS).min(end) - at;
             rows.extend(slice_rows(&window, at - first, take));
             at += take;
         }
         Ok(rows)
+    }
+
+    /// Window `index` of `segment`, which holds `total` events, decoded by `decode(first,
+    /// len)` unless kept. Readers of a window being decoded wait for that decoding.
+    pub async fn window<F, Fut>(
+        &self,
+        segment: &str,
+        total: usize,
+        index: usize,
+        decode: F,
+    ) -> Result<Arc<[RecordBatch]>, FeedError>
+    where
+        F: Fn(usize, usize) -> Fut,
+        Fut: Future<Output = Result<Vec<RecordBatch>, FeedError>>,
+    {
+        let first = index * WINDOW_EVENTS;
+        let len = WINDOW_EVENTS.min(total - first);
+        let key = WindowKey {
+            segment: segment.to_string(),
+            index,
+        };
+        self.windows
+            .try_get_with(key, async {
+                let batches = decode(first, len).await?;
+                // Fewer rows than the index counts: the segment is not what was
+                // published, and slicing would hand back a gap.
+                if batches.iter().map(RecordBatch::num_rows).sum::<usize>() != len {
+                    return Err(FeedError::Corrupt(segment.to_string()));
+                }
+                Ok(Arc::from(batches))
+            })
+            .await
+            .map_err(FeedError::from)
     }
 }
 

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use arrow::array::RecordBatch;
 
-use super::decoded::{self, DecodedCache};
+use super::decoded::{self, DecodedCache, WINDOW_EVENTS};
 use super::error::FeedError;
 use super::events::{BatchHead, EventBatch, EventSink, RenderedSink, SchemaEntry};
 use super::json_page::{EventMeta, render_chunk};
@@ -30,7 +30,8 @@ const SEGMENTS_PER_QUERY: i64 = 64;
 /// Events one request examines at most: a filter that matches almost nothing still
 /// answers promptly, with `more` set and the position advanced past what it skipped.
 const SCAN_BUDGET: usize = 1_000_000;
-/// Chunks a reader has rendered ahead of the one it reads, at most.
+/// Chunks a reader has rendered ahead of the one it reads, and windows it has decoded
+/// ahead of its page, at most.
 const MAX_AHEAD: usize = 3;
 /// Rows read at a time while filtering (a filtered page cannot know how many it needs).
 const FILTER_CHUNK: usize = 8192;
@@ -97,6 +98,38 @@ fn holds_after(segment: &SegmentRecord, position: Position) -> bool {
     segment.ordinal > position.ordinal
         || (segment.ordinal == position.ordinal
             && segment.first_event + segment.event_count > position.consumed)
+}
+
+/// The windows of `segments` that the `events` events after `next` lie in, at most
+/// [`MAX_AHEAD`], in feed order (without `inserts` segments if `skip_inserts`).
+fn windows_ahead(
+    segments: &[SegmentRecord],
+    next: Position,
+    events: usize,
+    skip_inserts: bool,
+) -> impl Iterator<Item = (&SegmentRecord, usize)> {
+    let segments = segments
+        .iter()
+        .filter(move |s| holds_after(s, next) && !(skip_inserts && s.layout == "inserts"));
+    let mut wanted = events;
+    segments
+        .flat_map(move |segment| {
+            let total = segment.event_count as usize;
+            let from = match segment.ordinal == next.ordinal {
+                true => (next.consumed - segment.first_event).max(0) as usize,
+                false => 0,
+            };
+            let windows = from / WINDOW_EVENTS..total.div_ceil(WINDOW_EVENTS);
+            windows.map(move |index| (segment, index, from.max(index * WINDOW_EVENTS)))
+        })
+        .take_while(move |(segment, index, from)| {
+            let end = ((index + 1) * WINDOW_EVENTS).min(segment.event_count as usize);
+            let needed = wanted > 0;
+            wanted = wanted.saturating_sub(end - from);
+            needed
+        })
+        .take(MAX_AHEAD)
+        .map(|(segment, index, _)| (segment, index))
 }
 
 /// Chunk `index` of a segment of `total` events: its first event and its length.
@@ -184,6 +217,7 @@ impl Feed {
                     || !sink.accepts(table.id, segment)
                 {
                     end.more = true;
+                    self.decode_ahead(table, &segments, end.next, request);
                     return Ok(end);
                 }
                 scanned += self
@@ -198,11 +232,46 @@ impl Feed {
                         .segments_after(table.id, end.next.ordinal, end.next.consumed, 1)
                         .await?
                         .is_empty();
+                self.decode_ahead(table, &segments, end.next, request);
                 return Ok(end);
             }
             if exhausted {
                 return Ok(end);
             }
+        }
+    }
+
+    /// Decodes in the background the windows of `segments` that a next page of the same
+    /// size after `next` would read (up to [`MAX_AHEAD`]), so that a consumer paging on
+    /// finds them decoded, across segments too, while it takes this page.
+    fn decode_ahead(
+        &self,
+        table: &SourceTable,
+        segments: &[SegmentRecord],
+        next: Position,
+        request: &PageRequest<'_>,
+    ) {
+        let skip_inserts = !request.selection.ops.contains(Op::Insert);
+        let windows: Vec<(SegmentRecord, usize)> =
+            windows_ahead(segments, next, request.limit, skip_inserts)
+                .filter(|(segment, index)| !self.decoded.contains(&segment.path, *index))
+                .map(|(segment, index)| (segment.clone(), index))
+                .collect();
+        for (segment, index) in windows {
+            let (feed, table) = (self.clone(), table.id);
+            tokio::spawn(async move {
+                let decoded = async {
+                    let entry = feed.schema(table, segment.schema_id).await?;
+                    let decode = |first, len| feed.read_rows(&segment, &entry, first, len);
+                    let total = segment.event_count as usize;
+                    feed.decoded
+                        .window(&segment.path, total, index, decode)
+                        .await
+                };
+                if let Err(e) = decoded.await {
+                    tracing::debug!(segment = %segment.path, error = %e, "decoding ahead failed");
+                }
+            });
         }
     }
 
@@ -492,5 +561,79 @@ impl Feed {
             .expect("schema cache")
             .insert((table, schema_id), entry.clone());
         Ok(entry)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn segment(ordinal: i64, first_event: i64, event_count: i64, layout: &str) -> SegmentRecord {
+        SegmentRecord {
+            ordinal,
+            segment_no: 0,
+            first_event,
+            event_count,
+            layout: layout.into(),
+            path: format!("{ordinal}/{first_event}"),
+            size_bytes: 0,
+            deleted_rows: None,
+            first_row_id: None,
+            lineage_sequence_number: None,
+            snapshot_id: ordinal,
+            sequence_number: ordinal,
+            committed_at: chrono::DateTime::UNIX_EPOCH,
+            schema_id: 0,
+            push_version: 0,
+        }
+    }
+
+    fn ahead(
+        segments: &[SegmentRecord],
+        next: (i64, i64),
+        events: usize,
+        skip_inserts: bool,
+    ) -> Vec<(String, usize)> {
+        let next = Position {
+            ordinal: next.0,
+            consumed: next.1,
+        };
+        windows_ahead(segments, next, events, skip_inserts)
+            .map(|(s, index)| (s.path.clone(), index))
+            .collect()
+    }
+
+    #[test]
+    fn the_windows_ahead_of_a_page_follow_it_across_segments() {
+        let w = WINDOW_EVENTS as i64;
+        let segments = [
+            segment(1, 0, 2 * w + 10, "inserts"),
+            segment(1, 2 * w + 10, 100, "changes"),
+            segment(2, 0, 5 * w, "changes"),
+        ];
+        let path = |s: usize| segments[s].path.clone();
+        // Within a window, then into the next one.
+        assert_eq!(ahead(&segments, (1, 10), 1000, false), [(path(0), 0)]);
+        assert_eq!(
+            ahead(&segments, (1, w - 10), 1000, false),
+            [(path(0), 0), (path(0), 1)]
+        );
+        // From the end of a segment into the next ones.
+        assert_eq!(
+            ahead(&segments, (1, 2 * w + 5), 1000, false),
+            [(path(0), 2), (path(1), 0), (path(2), 0)]
+        );
+        // A long page takes at most MAX_AHEAD windows.
+        assert_eq!(
+            ahead(&segments, (2, 0), 10 * WINDOW_EVENTS, false).len(),
+            MAX_AHEAD
+        );
+        // Segments the page skips are not decoded, nor do they count.
+        assert_eq!(
+            ahead(&segments, (1, 0), 1000, true),
+            [(path(1), 0), (path(2), 0)]
+        );
+        // Past the segments fetched: nothing.
+        assert!(ahead(&segments, (2, 5 * w), 1000, false).is_empty());
     }
 }
