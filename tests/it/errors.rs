@@ -1,6 +1,9 @@
 //! Bad input gets a problem document with a stable code, and stores nothing.
 
+use icefeed::changes::Position;
+use icefeed::store::TableId;
 use serde_json::{Value, json};
+use uuid::Uuid;
 
 use crate::fixtures::{RegisteredOrders, orders, orders_schema, registered_orders};
 use crate::support::{Node, Warehouse, head};
@@ -395,10 +398,10 @@ async fn catalog_secrets_are_never_echoed() {
 
 /// A change set whose segment was removed from the change store behind icefeed's back
 /// answers a problem naming the segment, whether or not its footer was cached; once the
-/// file is back, the feed reads on from where it was. (Events already rendered for some
-/// reader are kept for a while and may still be served, and a reader of a chunk has the
-/// next one rendered ahead: the first page reads only the first chunk of 8192, and the
-/// second read reaches into the third.)
+/// file is back, the feed reads on from where it was. (Events a node already decoded or
+/// rendered are kept for a while and may still be served: a node decodes a segment in
+/// windows of 32768 events, so the read after the files are gone asks for events of the
+/// second window, which no page before it reached.)
 #[tokio::test]
 async fn missing_change_data_is_named_and_recovers_when_restored() {
     let RegisteredOrders {
@@ -407,12 +410,11 @@ async fn missing_change_data_is_named_and_recovers_when_restored() {
         node,
         store,
         id,
-    } = registered_orders(1..=16_385).await;
+    } = registered_orders(1..=40_000).await;
     let files = store.path().join("tables").join(&id);
     let moved = store.path().join("moved-away");
     let page = |after: Option<&str>| {
-        let limit = if after.is_some() { 10_000 } else { 8000 };
-        let mut path = format!("/v1/tables/{id}/changes?limit={limit}");
+        let mut path = format!("/v1/tables/{id}/changes?limit=10");
         if let Some(after) = after {
             path.push_str(&format!("&after={after}"));
         }
@@ -436,17 +438,34 @@ async fn missing_change_data_is_named_and_recovers_when_restored() {
     assert_eq!(r.status(), 200);
     let first: Value = r.json().await.unwrap();
     assert_eq!(first["events"][0]["after"]["id"], 1, "{first}");
-    let next = first["next"].as_str().unwrap().to_string();
 
-    // Read before: the footer is cached, the data pages are not there.
+    // Read before: the footer is cached, the data pages of the second window are not
+    // there. The cursor is the one a reader of the first 32767 events would hold.
+    let table = TableId(Uuid::parse_str(&id).unwrap());
+    let ordinal = Position::from_cursor(first["next"].as_str().unwrap(), table)
+        .unwrap()
+        .ordinal;
+    let later = Position {
+        ordinal,
+        consumed: 32_767,
+    }
+    .to_cursor(table);
     std::fs::rename(&files, &moved).unwrap();
-    missing(expect_problem(page(Some(&next)).await.unwrap(), 500, "change_data_missing").await);
+    missing(
+        expect_problem(
+            page(Some(&later)).await.unwrap(),
+            500,
+            "change_data_missing",
+        )
+        .await,
+    );
     std::fs::rename(&moved, &files).unwrap();
     let (status, second) = node
-        .get(&format!("/v1/tables/{id}/changes?limit=1&after={next}"))
+        .get(&format!("/v1/tables/{id}/changes?limit=2&after={later}"))
         .await;
     assert_eq!(status, 200);
-    assert_eq!(second["events"][0]["after"]["id"], 8001, "{second}");
+    assert_eq!(second["events"][0]["after"]["id"], 32_768, "{second}");
+    assert_eq!(second["events"][1]["after"]["id"], 32_769, "{second}");
     node.shutdown().await;
 }
 
