@@ -12,8 +12,8 @@ use super::AppState;
 use super::error::{ApiError, ProblemCode};
 use super::extract::{Path, Query};
 use super::pages::{
-    ArrowStream, Format, PageQuery, PageSink, PageTail, ensure_retained, long_poll_wait,
-    page_limit, selection, start_position,
+    ArrowStream, Format, PageQuery, PageSink, PageTail, long_poll_wait, page_limit, selection,
+    start_position,
 };
 use super::tables::load;
 use crate::api::problem::problems;
@@ -189,7 +189,6 @@ pub async fn get_changes(
             |(_, end)| end.count == 0 && !end.more,
         )
         .await?;
-    ensure_retained(&state, &table, after).await?;
     let tail = PageTail {
         next: end.next.to_cursor(table.id),
         more: end.more,

@@ -47,6 +47,17 @@ pub struct ApiError {
 }
 
 impl ApiError {
+    /// 410 `position_expired`: the events after the position were pruned by retention.
+    /// `earliest` is the cursor of the earliest position still available.
+    pub fn position_expired(earliest: String) -> Self {
+        Self::new(
+            ProblemCode::PositionExpired,
+            "the events after this position were removed by the table's retention; continue \
+             from `earliest` (the oldest retained position) or start over",
+        )
+        .with("earliest", earliest)
+    }
+
     /// An error with a code of the catalogue (its status and title come with it) and a
     /// message a person can act on.
     pub fn new(code: ProblemCode, detail: impl Into<String>) -> Self {
@@ -209,8 +220,13 @@ impl From<CursorError> for ApiError {
 }
 
 impl From<FeedError> for ApiError {
+    /// A table feed's failure. Readers of several tables (subscriptions) answer
+    /// [`FeedError::Expired`] themselves, with a cursor of theirs.
     fn from(e: FeedError) -> Self {
         match e {
+            FeedError::Expired { table, earliest } => {
+                Self::position_expired(earliest.to_cursor(table))
+            }
             FeedError::Segment(ChangeStoreError::Missing(key)) => {
                 let detail = format!(
                     "segment {key} of a published change set is missing from the change \

@@ -169,17 +169,6 @@ pub async fn selection(
     )?)
 }
 
-/// 410 `position_expired`: the events after the position were pruned by retention.
-/// `earliest` is the cursor of the earliest position still available.
-pub fn position_expired(earliest: String) -> ApiError {
-    ApiError::new(
-        ProblemCode::PositionExpired,
-        "the events after this position were removed by the table's retention; continue \
-         from `earliest` (the oldest retained position) or start over",
-    )
-    .with("earliest", earliest)
-}
-
 /// Where a table feed starts when no cursor is given: its oldest retained event.
 pub fn feed_start(table: &SourceTable) -> Position {
     let floor = table.floor();
@@ -418,7 +407,9 @@ pub(crate) async fn ensure_retained(
 ) -> Result<(), ApiError> {
     let floor = state.store.floor(table.id).await?;
     if floor.is_gone(after) {
-        return Err(position_expired(floor.earliest().to_cursor(table.id)));
+        return Err(ApiError::position_expired(
+            floor.earliest().to_cursor(table.id),
+        ));
     }
     Ok(())
 }

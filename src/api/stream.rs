@@ -118,7 +118,6 @@ pub async fn stream_changes(
                 selection: &selection,
             };
             let end = state.feed.read(&table, &request, &mut sink).await?;
-            ensure_retained(&state, &table, after).await?;
             Ok::<_, ApiError>(stream_page(sink, end.count, end.more, end.next))
         }
     });

@@ -2,8 +2,8 @@
 //! Must not reach: `api`, `workers`
 //! (delivery renders and sends; the HTTP layer and workers call it).
 
-use crate::changes::ChangeStoreError;
-use crate::store::StoreError;
+use crate::changes::{ChangeStoreError, Position};
+use crate::store::{StoreError, TableId};
 
 /// Failures while assembling a page.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +29,10 @@ pub enum FeedError {
     /// Change set `0` was pruned by retention while net changes naming it were kept.
     #[error("change set {0} was pruned by retention")]
     Pruned(i64),
+    /// Retention pruned the events right after the position read from; the table's feed
+    /// starts at `earliest` now.
+    #[error("the events after the position were pruned by retention")]
+    Expired { table: TableId, earliest: Position },
     /// A failure of a shared rendering, as another reader met it.
     #[error("{0}")]
     Shared(String),

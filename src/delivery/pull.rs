@@ -190,7 +190,9 @@ impl Feed {
         &self.reader
     }
 
-    /// Hands up to `request.limit` events of `table` to `sink`.
+    /// Hands up to `request.limit` events of `table` to `sink`. Fails with
+    /// [`FeedError::Expired`] when retention pruned events after `request.after` before
+    /// they were read.
     pub async fn read(
         &self,
         table: &SourceTable,
@@ -209,6 +211,17 @@ impl Feed {
                 .store
                 .segments_after(table.id, end.next.ordinal, end.next.consumed, max)
                 .await?;
+            if segments.is_empty() {
+                // Caught up, or retention pruned what follows: only the floor tells.
+                let floor = self.store.floor(table.id).await?;
+                if floor.is_gone(end.next) {
+                    return Err(FeedError::Expired {
+                        table: table.id,
+                        earliest: floor.earliest(),
+                    });
+                }
+                return Ok(end);
+            }
             let exhausted = (segments.len() as i64) < max;
             max = SEGMENTS_PER_QUERY;
             for segment in &segments {
@@ -227,11 +240,7 @@ impl Feed {
             if end.count == request.limit || scanned >= SCAN_BUDGET {
                 // A page that stops inside the segments fetched has more without asking.
                 end.more = segments.iter().any(|s| holds_after(s, end.next))
-                    || !self
-                        .store
-                        .segments_after(table.id, end.next.ordinal, end.next.consumed, 1)
-                        .await?
-                        .is_empty();
+                    || self.store.has_events_after(table.id, end.next).await?;
                 self.decode_ahead(table, &segments, end.next, request);
                 return Ok(end);
             }

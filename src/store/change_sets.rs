@@ -288,7 +288,9 @@ impl Store {
 
     /// Segments holding events after position (`ordinal`, `consumed`), in feed order:
     /// those ending after it (a change set's segments end one after another), in one
-    /// range scan of `segments_by_end`.
+    /// range scan of `segments_by_end`. None when retention pruned the events right after
+    /// the position: it removes index rows and raises the floor in one transaction, so
+    /// an answer that is not empty holds every segment from the position on.
     pub async fn segments_after(
         &self,
         table: TableId,
@@ -303,7 +305,9 @@ impl Store {
                     c.snapshot_id, c.sequence_number, c.committed_at, c.schema_id, \
                     c.push_version \
                FROM segments s JOIN change_sets c USING (table_id, ordinal) \
+                    JOIN source_tables t ON t.id = s.table_id \
               WHERE s.table_id = $1 AND (s.ordinal, s.end_event) > ($2, $3) \
+                AND ($2, $3) >= (t.pruned_through_ordinal, t.pruned_through_events) \
               ORDER BY s.ordinal, s.end_event \
               LIMIT $4",
             table.0,

@@ -263,10 +263,15 @@ impl Store {
         table: TableId,
         position: Position,
     ) -> Result<bool, StoreError> {
-        let next = self
-            .segments_after(table, position.ordinal, position.consumed, 1)
-            .await?;
-        Ok(!next.is_empty())
+        Ok(sqlx::query_scalar!(
+            r#"SELECT EXISTS (SELECT 1 FROM segments
+                               WHERE table_id = $1 AND (ordinal, end_event) > ($2, $3)) AS "exists!""#,
+            table.0,
+            position.ordinal,
+            position.consumed
+        )
+        .fetch_one(&self.pool)
+        .await?)
     }
 
     /// The snapshots of `table`'s change sets `ordinals`.

@@ -20,12 +20,10 @@ use super::AppState;
 use super::auth::Access;
 use super::error::{ApiError, ProblemCode};
 use super::extract::{Json, Path, Query};
-use super::pages::{
-    Format, Longs, PageSink, PageTail, long_poll_wait, page_limit, position_expired,
-};
+use super::pages::{Format, Longs, PageSink, PageTail, long_poll_wait, page_limit};
 use crate::api::problem::problems;
 use crate::changes::{Position, subscription_cursor};
-use crate::delivery::{Positions, Selection};
+use crate::delivery::{FeedError, Positions, Selection};
 use crate::store::{
     Lag, NewSubscription, SourceTable, StoreError, SubscribedTable, Subscription,
     SubscriptionState, TableId,
@@ -102,8 +100,24 @@ impl Loaded {
         }
     }
 
+    /// The answer to a failed read from `positions`: a table whose retention pruned what
+    /// the read was after answers 410 with a cursor of this subscription.
+    pub async fn read_failed(
+        &self,
+        state: &AppState,
+        positions: &[Position],
+        e: FeedError,
+    ) -> ApiError {
+        if let FeedError::Expired { .. } = e
+            && let Err(answer) = self.ensure_retained(state, positions).await
+        {
+            return answer;
+        }
+        e.into()
+    }
+
     /// Answers 410 when retention removed events after any of `positions` (checked after
-    /// reading, as for table pages).
+    /// reading: a read skips the tables that published nothing after their position).
     pub async fn ensure_retained(
         &self,
         state: &AppState,
@@ -119,7 +133,7 @@ impl Loaded {
             }
         }
         if gone {
-            return Err(position_expired(self.encode(&earliest)));
+            return Err(ApiError::position_expired(self.encode(&earliest)));
         }
         Ok(())
     }
@@ -561,8 +575,11 @@ pub async fn get_subscription_events(
                 let end = state
                     .feed
                     .read_subscription(&loaded.tables, &positions, limit, &selection, page.sink())
-                    .await?;
-                Ok::<_, ApiError>((page, end))
+                    .await;
+                match end {
+                    Ok(end) => Ok((page, end)),
+                    Err(e) => Err(loaded.read_failed(&state, &start, e).await),
+                }
             },
             |(_, end)| end.count == 0 && !end.more,
         )

@@ -100,7 +100,11 @@ pub async fn stream_subscription(
                 let end = state
                     .feed
                     .read_subscription(&loaded.tables, &positions, limit, &selection, &mut sink)
-                    .await?;
+                    .await;
+                let end = match end {
+                    Ok(end) => end,
+                    Err(e) => return Err(loaded.read_failed(&state, &after, e).await),
+                };
                 loaded.ensure_retained(&state, &after).await?;
                 record_delivered(&state, &loaded, &end.next).await?;
                 Ok::<_, ApiError>(stream_page(sink, end.count, end.more, end.next))
