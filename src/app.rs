@@ -94,9 +94,9 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
     };
     let mut background = tokio::task::JoinSet::new();
     let services = &state.services;
-    let pool = store.pool().clone();
+    let listening = store.clone();
     services.spawn(&mut background, "notifier", stop.clone(), move || {
-        notifier.clone().run(pool.clone())
+        notifier.clone().run(listening.clone())
     });
     for n in 0..settings.scheduler.task_workers {
         let (runner, stop) = (runner.clone(), stop.clone());

@@ -20,11 +20,12 @@ use crate::changelog::key_indexes;
 use crate::changes::{Cursor, NetPosition, Position};
 use crate::delivery::FeedError;
 use crate::failure::{Failure, FailureCode};
-use crate::store::{NetRange, NetState, SourceTable, TableId};
+use crate::store::{NetRange, NetState, SourceTable, TableId, signalled_within};
 use crate::workers::net;
 
-/// How often a request waiting for a range looks at it again.
-const POLL: Duration = Duration::from_millis(50);
+/// How long a request waiting for a range goes without hearing of one of its tasks
+/// settling before it looks at the range anyway.
+const SETTLED_BACKSTOP: Duration = Duration::from_millis(500);
 /// Whether a page request asks for net changes: `net=true`, or a cursor into them.
 pub fn is_net(query: &PageQuery) -> bool {
     query.net.unwrap_or(false)
@@ -238,6 +239,7 @@ pub(crate) async fn wait_for(
     wait: Duration,
 ) -> Result<Option<i64>, ApiError> {
     let deadline = Instant::now() + wait;
+    let mut settled = state.store.task_signals().settled();
     loop {
         match &range.state {
             NetState::Ready { event_count } => return Ok(Some(*event_count)),
@@ -251,7 +253,13 @@ pub(crate) async fn wait_for(
         if Instant::now() >= deadline {
             return Ok(None);
         }
-        tokio::time::sleep(POLL.min(deadline - Instant::now())).await;
+        signalled_within(
+            &mut settled,
+            SETTLED_BACKSTOP.min(deadline - Instant::now()),
+        )
+        .await;
+        // Seen before looking: a task settling from now on wakes the next wait.
+        settled.borrow_and_update();
         range = state
             .store
             .net_range(range.key.table, range.key.range)

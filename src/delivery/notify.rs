@@ -8,7 +8,8 @@
 //! read and the wait.
 //!
 //! The same connection hears subscriptions being announced (created, resumed, rewound,
-//! given up by a stopping node), which wakes the push claim loops.
+//! given up by a stopping node), which wakes the push claim loops, and tasks being
+//! created and settled, which it passes on to the store's task signals.
 //! Must not reach: `api`, `workers`
 //! (delivery renders and sends; the HTTP layer and workers call it).
 
@@ -17,14 +18,15 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::store::{CHANGES_CHANNEL, SUBSCRIPTIONS_CHANNEL, TableId};
+use crate::store::{
+    CHANGES_CHANNEL, SUBSCRIPTIONS_CHANNEL, Store, TASKS_CHANNEL, TableId, TaskEvent, TaskSignals,
+};
 
 /// First and longest pause before reconnecting the listener.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
@@ -139,25 +141,28 @@ impl ChangeNotifier {
         }
     }
 
-    /// Listens on [`CHANGES_CHANNEL`] and [`SUBSCRIPTIONS_CHANNEL`] with one connection of
-    /// `pool` until the node stops, reconnecting with backoff whenever the connection is lost.
-    pub async fn run(self, pool: PgPool) {
+    /// Listens on [`CHANGES_CHANNEL`], [`SUBSCRIPTIONS_CHANNEL`] and [`TASKS_CHANNEL`] with
+    /// one connection of `store`'s pool until the node stops, reconnecting with backoff
+    /// whenever the connection is lost.
+    pub async fn run(self, store: Store) {
+        let (pool, tasks) = (store.pool(), store.task_signals());
         let stop = self.inner.stop.clone();
         let mut backoff = BACKOFF.0;
         loop {
             let connected = tokio::select! {
                 _ = stop.cancelled() => return,
-                connected = listen(&pool) => connected,
+                connected = listen(pool) => connected,
             };
             match connected {
                 Ok(listener) => {
                     backoff = BACKOFF.0;
                     // Publishes while nobody listened were missed: every waiter re-reads.
                     self.notify_all();
+                    tasks.signal_all();
                     tracing::debug!("listening for published change sets");
                     let lost = tokio::select! {
                         _ = stop.cancelled() => return,
-                        lost = self.forward(listener) => lost,
+                        lost = self.forward(listener, tasks) => lost,
                     };
                     tracing::warn!(error = %lost, "lost the notification connection; reconnecting");
                 }
@@ -174,11 +179,20 @@ impl ChangeNotifier {
     }
 
     /// Wakes waiters for each notification until the connection fails; returns why.
-    async fn forward(&self, mut listener: PgListener) -> String {
+    async fn forward(&self, mut listener: PgListener, tasks: &TaskSignals) -> String {
         loop {
             match listener.try_recv().await {
                 Ok(Some(notification)) if notification.channel() == SUBSCRIPTIONS_CHANNEL => {
                     self.announce()
+                }
+                Ok(Some(notification)) if notification.channel() == TASKS_CHANNEL => {
+                    match TaskEvent::parse(notification.payload()) {
+                        Some(event) => tasks.signal(event),
+                        None => tracing::warn!(
+                            payload = notification.payload(),
+                            "unexpected task notification"
+                        ),
+                    }
                 }
                 Ok(Some(notification)) => match Uuid::parse_str(notification.payload()) {
                     Ok(table) => self.notify(TableId(table)),
@@ -195,12 +209,12 @@ impl ChangeNotifier {
     }
 }
 
-async fn listen(pool: &PgPool) -> Result<PgListener, sqlx::Error> {
+async fn listen(pool: &sqlx::PgPool) -> Result<PgListener, sqlx::Error> {
     let mut listener = PgListener::connect_with(pool).await?;
     // `run` builds a fresh listener after a loss; this one must not reconnect first.
     listener.eager_reconnect(false);
     listener
-        .listen_all([CHANGES_CHANNEL, SUBSCRIPTIONS_CHANNEL])
+        .listen_all([CHANGES_CHANNEL, SUBSCRIPTIONS_CHANNEL, TASKS_CHANNEL])
         .await?;
     Ok(listener)
 }

@@ -8,6 +8,7 @@ mod push;
 mod retention;
 mod subscriptions;
 mod tables;
+mod task_signals;
 mod tasks;
 mod tokens;
 
@@ -29,6 +30,7 @@ pub use subscriptions::{
     SubscriptionState,
 };
 pub use tables::{NewSourceTable, PollOutcome, SourceTable, TableState, display_name};
+pub use task_signals::{TASKS_CHANNEL, TaskEvent, TaskSignals, signalled_within};
 pub use tasks::{ClaimedTask, TaskFailure, TaskProgress, TaskScope, TaskStatus};
 pub use tokens::ApiToken;
 
@@ -93,6 +95,8 @@ impl StoreError {
 #[derive(Clone, Debug)]
 pub struct Store {
     pool: PgPool,
+    /// This node's signals of tasks created and settled (see `task_signals`).
+    tasks: TaskSignals,
 }
 
 impl Store {
@@ -111,18 +115,29 @@ impl Store {
             .acquire_timeout(settings.acquire_timeout)
             .connect_with(options)
             .await?;
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            tasks: TaskSignals::default(),
+        })
     }
 
     /// Wraps an existing pool (unit tests make their own).
     #[cfg(test)]
     pub fn from_pool(pool: PgPool) -> Self {
-        Self { pool }
+        Self {
+            pool,
+            tasks: TaskSignals::default(),
+        }
     }
 
     /// The underlying pool.
     pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// This node's signals of tasks created and settled on any node.
+    pub fn task_signals(&self) -> &TaskSignals {
+        &self.tasks
     }
 
     /// Applies pending migrations.

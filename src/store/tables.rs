@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use uuid::Uuid;
 
 use super::leases::{Lease, fence};
 use super::retention::{Floor, Retention};
@@ -331,8 +332,14 @@ impl Store {
         Ok(done.rows_affected() == 1)
     }
 
-    /// Active tables whose next poll is due, most overdue first.
-    pub async fn due_tables(&self, limit: i64) -> Result<Vec<SourceTable>, StoreError> {
+    /// Active tables whose next poll is due, most overdue first, but those in `busy`
+    /// (the ones this node is syncing already).
+    pub async fn due_tables(
+        &self,
+        limit: i64,
+        busy: &[TableId],
+    ) -> Result<Vec<SourceTable>, StoreError> {
+        let busy: Vec<Uuid> = busy.iter().map(|id| id.0).collect();
         Ok(sqlx::query_as!(
             SourceTable,
             r#"SELECT id AS "id: TableId", table_name, namespace, name, catalog, branch,
@@ -345,11 +352,26 @@ impl Store {
                       pruned_through_ordinal, pruned_through_events, created_at, updated_at
                  FROM source_tables
                 WHERE state IN ('active', 'paused') AND next_poll_at <= now()
+                  AND id <> ALL($2::uuid[])
                 ORDER BY next_poll_at LIMIT $1"#,
-            limit
+            limit,
+            &busy
         )
         .fetch_all(&self.pool)
         .await?)
+    }
+
+    /// How long until the next table falls due; None when none will (every table due
+    /// already, stopped, or none registered).
+    pub async fn next_poll_in(&self) -> Result<Option<Duration>, StoreError> {
+        let millis = sqlx::query_scalar!(
+            "SELECT ceil(extract(epoch FROM min(next_poll_at) - now()) * 1000)::bigint \
+               FROM source_tables \
+              WHERE state IN ('active', 'paused') AND next_poll_at > now()"
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(millis.map(|ms| Duration::from_millis(ms.max(0) as u64)))
     }
 
     /// Records how far a failing poll found the feed behind, leaving its error and next

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use super::task_signals::{TaskEvent, announce};
 use super::{Store, StoreError, TableId, TaskKind};
 use crate::changes::{ChangeSetKey, NetRangeKey, ShuffleKey};
 use crate::failure::{Failure, FailureCode};
@@ -139,7 +140,14 @@ impl Store {
         )
         .execute(&self.pool)
         .await?;
-        Ok(())
+        self.signal_tasks(TaskEvent::Created).await
+    }
+
+    /// Wakes this node's waiters for `event` at once, and every node's once PostgreSQL
+    /// delivers the announcement.
+    async fn signal_tasks(&self, event: TaskEvent) -> Result<(), StoreError> {
+        self.tasks.signal(event);
+        announce(&self.pool, event).await
     }
 
     /// Claims the oldest task that is pending or whose holder's lease expired. Tasks that
@@ -213,7 +221,7 @@ impl Store {
         .execute(&self.pool)
         .await?;
         match done.rows_affected() {
-            1 => Ok(()),
+            1 => self.signal_tasks(TaskEvent::Settled).await,
             _ => Err(StoreError::LeaseLost(task.id.clone())),
         }
     }
@@ -242,7 +250,7 @@ impl Store {
         )
         .execute(&self.pool)
         .await?;
-        Ok(())
+        self.signal_tasks(TaskEvent::Settled).await
     }
 
     /// How many tasks of one kind of `scope` there are and are done, and the failure of

@@ -2,6 +2,7 @@
 //! in PostgreSQL, so any number of nodes share the tables and never publish twice.
 //! Must not reach: `api`, `delivery`.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,11 +19,36 @@ use crate::catalog::CatalogCache;
 use crate::changes::ChangeStore;
 use crate::config::SchedulerSettings;
 use crate::failure::FailureCode;
-use crate::store::{SourceTable, Store};
+use crate::store::{SourceTable, Store, TableId};
 use crate::telemetry::metric;
 
 /// Longest wait before retrying a table after a transient failure.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// Shortest wait between two looks for due tables: tables falling due within it are
+/// started together.
+const MIN_PAUSE: Duration = Duration::from_millis(10);
+
+/// The syncs this node runs, by the task running each.
+#[derive(Default)]
+struct Syncing {
+    running: JoinSet<()>,
+    tables: HashMap<tokio::task::Id, TableId>,
+}
+
+impl Syncing {
+    /// Forgets a sync that ended, however it ended.
+    fn ended(&mut self, done: Result<(tokio::task::Id, ()), tokio::task::JoinError>) {
+        let id = match done {
+            Ok((id, ())) => id,
+            Err(e) => {
+                tracing::error!(error = %e, "a table's sync panicked");
+                e.id()
+            }
+        };
+        self.tables.remove(&id);
+    }
+}
 
 /// Polls due tables and publishes their change sets.
 #[derive(Clone)]
@@ -53,38 +79,49 @@ impl Scheduler {
     }
 
     /// Runs until `stop` is cancelled; in-flight syncs see the same token and stop
-    /// between files, releasing their leases.
+    /// between files, releasing their leases. Tables sync side by side: one that takes
+    /// long (a large rewrite) holds up none of the others.
     pub async fn run(self, stop: CancellationToken, wake: Arc<Notify>) {
         tracing::info!(node = %self.node, "scheduler started");
+        let mut syncing = Syncing::default();
         loop {
-            if let Err(e) = self.run_once(&stop).await {
+            if let Err(e) = self.start_due(&stop, &mut syncing).await {
                 tracing::warn!(error = %e, "scheduler tick failed");
             }
-            let jitter = rand::rng().random_range(0.8..1.2);
+            let pause = self.pause().await;
             tokio::select! {
                 _ = stop.cancelled() => break,
-                _ = tokio::time::sleep(self.settings.tick.mul_f64(jitter)) => {}
+                _ = tokio::time::sleep(pause) => {}
                 _ = wake.notified() => {}
+                Some(done) = syncing.running.join_next_with_id() => syncing.ended(done),
             }
+            while let Some(done) = syncing.running.try_join_next_with_id() {
+                syncing.ended(done);
+            }
+        }
+        while let Some(done) = syncing.running.join_next_with_id().await {
+            syncing.ended(done);
         }
         tracing::info!(node = %self.node, "scheduler stopped");
     }
 
-    /// One pass: claims due tables (up to the concurrency limit) and syncs them.
-    /// Returns how many tables this node worked on.
-    pub async fn run_once(
+    /// Claims due tables, up to the concurrency limit, and starts syncing them.
+    async fn start_due(
         &self,
         stop: &CancellationToken,
-    ) -> Result<usize, crate::store::StoreError> {
-        let due = self
-            .store
-            .due_tables(self.settings.max_concurrent_tables as i64 * 4)
-            .await?;
-        let mut running = JoinSet::new();
-        let mut worked = 0;
-        for table in due {
-            while running.len() >= self.settings.max_concurrent_tables {
-                running.join_next().await;
+        syncing: &mut Syncing,
+    ) -> Result<(), crate::store::StoreError> {
+        let free = self
+            .settings
+            .max_concurrent_tables
+            .saturating_sub(syncing.tables.len());
+        if free == 0 {
+            return Ok(());
+        }
+        let busy: Vec<TableId> = syncing.tables.values().copied().collect();
+        for table in self.store.due_tables(free as i64 * 4, &busy).await? {
+            if syncing.tables.len() >= self.settings.max_concurrent_tables {
+                break;
             }
             let Some(lease) = self
                 .store
@@ -101,13 +138,31 @@ impl Scheduler {
                     continue;
                 }
             };
-            worked += 1;
-            let this = self.clone();
-            let stop = stop.child_token();
-            running.spawn(async move { this.sync(table, lease, stop).await });
+            let (this, stop, id) = (self.clone(), stop.child_token(), table.id);
+            let task = syncing
+                .running
+                .spawn(async move { this.sync(table, lease, stop).await });
+            syncing.tables.insert(task.id(), id);
         }
-        while running.join_next().await.is_some() {}
-        Ok(worked)
+        Ok(())
+    }
+
+    /// How long to wait before looking for due tables again: until the next table falls
+    /// due, so that a table is polled on its own interval rather than on the next tick,
+    /// and at most a tick (tables another node holds, registrations elsewhere).
+    async fn pause(&self) -> Duration {
+        let tick = self
+            .settings
+            .tick
+            .mul_f64(rand::rng().random_range(0.8..1.2));
+        match self.store.next_poll_in().await {
+            Ok(Some(due)) => due.clamp(MIN_PAUSE, tick.max(MIN_PAUSE)),
+            Ok(None) => tick,
+            Err(e) => {
+                tracing::debug!(error = %e, "could not ask when the next table is due");
+                tick
+            }
+        }
     }
 
     async fn sync(&self, table: SourceTable, lease: crate::store::Lease, stop: CancellationToken) {

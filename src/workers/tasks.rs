@@ -11,7 +11,7 @@ use super::shuffle::{MapTask, ReduceTask, run_map, run_reduce};
 use super::task_context::{TaskContext, TaskError};
 use crate::config::SchedulerSettings;
 use crate::failure::{Failure, FailureCode};
-use crate::store::{ClaimedTask, StoreError, TaskKind};
+use crate::store::{ClaimedTask, StoreError, TaskKind, signalled_within};
 use crate::telemetry::metric;
 
 /// Claims and runs tasks until stopped.
@@ -24,8 +24,12 @@ pub struct TaskRunner {
 
 impl TaskRunner {
     /// Runs until `stop` is cancelled; a task in flight is abandoned (its claim expires).
+    /// An idle runner wakes when tasks are created on any node, or after a tick.
     pub async fn run(self, stop: CancellationToken) {
+        let mut created = self.context.store.task_signals().created();
         loop {
+            // Seen before looking: tasks created from now on wake the wait below.
+            created.borrow_and_update();
             let worked = match self.run_once(&stop).await {
                 Ok(worked) => worked,
                 Err(e) => {
@@ -40,7 +44,7 @@ impl TaskRunner {
                 let jitter = rand::rng().random_range(0.8..1.2);
                 tokio::select! {
                     _ = stop.cancelled() => return,
-                    _ = tokio::time::sleep(self.settings.tick.mul_f64(jitter)) => {}
+                    _ = signalled_within(&mut created, self.settings.tick.mul_f64(jitter)) => {}
                 }
             }
         }

@@ -17,6 +17,7 @@ mod fixtures;
 mod gcs;
 mod hangs;
 mod hostile;
+mod latency;
 mod layout;
 mod local_paths;
 mod net_changes;

@@ -24,7 +24,7 @@ use super::sync_error::SyncError;
 use crate::changelog::FileRows;
 use crate::changes::{ChangeSetKey, ShuffleKey};
 use crate::failure::{Failure, FailureCode};
-use crate::store::{NewSegment, Store, TaskFailure, TaskKind};
+use crate::store::{NewSegment, Store, TaskFailure, TaskKind, signalled_within};
 
 /// Input of a map task: the removed and added files of whole partition groups.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -270,7 +270,10 @@ impl Shuffle<'_> {
         &self,
         kind: TaskKind,
     ) -> Result<Vec<T>, SyncError> {
+        let mut settled = self.store.task_signals().settled();
         loop {
+            // Seen before looking: a task settling from now on wakes the wait below.
+            settled.borrow_and_update();
             let progress = self.store.task_progress(&self.change_set, kind).await?;
             if let Some(failure) = progress.failed {
                 self.store.delete_change_set_tasks(&self.change_set).await?;
@@ -300,11 +303,15 @@ impl Shuffle<'_> {
             }
             tokio::select! {
                 _ = self.stop.cancelled() => return Err(SyncError::Abandoned),
-                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+                _ = signalled_within(&mut settled, SETTLED_BACKSTOP) => {}
             }
         }
     }
 }
+
+/// How long a coordinator waits for its tasks without hearing of one settling before it
+/// looks anyway (the announcement may be lost with the listener's connection).
+const SETTLED_BACKSTOP: Duration = Duration::from_millis(500);
 
 /// Decoded rows take about this many times their stored (compressed Parquet) size, with
 /// the row format of one side on top: Arrow is ~6x zstd Parquet on the taxi table.
