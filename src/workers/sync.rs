@@ -2,6 +2,8 @@
 //! set per snapshot, each published in its own fenced transaction.
 //! Must not reach: `api`, `delivery`.
 
+use std::time::Instant;
+
 use chrono::{DateTime, TimeZone, Utc};
 use futures::{StreamExt, TryStreamExt};
 use iceberg::io::FileIO;
@@ -40,7 +42,9 @@ pub struct TableSync<'a> {
 impl TableSync<'_> {
     /// Publishes what is pending for `table` and returns what the poll saw.
     pub async fn run(&self, table: &SourceTable) -> Result<PollOutcome, SyncError> {
+        let started = Instant::now();
         let iceberg = self.load(table).await?;
+        tracing::debug!(load_ms = millis(started), "loaded the table's metadata");
         let metadata = iceberg.metadata_ref();
 
         // Each change set is planned for the ordinal after the last: its objects and
@@ -89,8 +93,11 @@ impl TableSync<'_> {
             let expired_parent = snapshot
                 .parent_snapshot_id()
                 .filter(|p| metadata.snapshot_by_id(*p).is_none());
+            let planning = Instant::now();
             let published = match changelog::plan_snapshot(&iceberg, snapshot).await {
                 Ok(plan) => {
+                    let snapshot_id = snapshot.snapshot_id();
+                    tracing::debug!(snapshot_id, plan_ms = millis(planning), "planned");
                     self.publish(table, &iceberg, snapshot, plan, Kind::Snapshot, ordinal)
                         .await
                 }
@@ -199,6 +206,7 @@ impl TableSync<'_> {
         kind: Kind,
         ordinal: i64,
     ) -> Result<(), SyncError> {
+        let started = Instant::now();
         let snapshot_id = snapshot.snapshot_id();
         let stored_as = ChangeSetKey {
             table: table.id,
@@ -267,6 +275,7 @@ impl TableSync<'_> {
                  are live again and published as inserts"
             );
         }
+        let compute_ms = millis(started);
         let change_set = NewChangeSet {
             key: stored_as,
             sequence_number: snapshot.sequence_number(),
@@ -292,7 +301,10 @@ impl TableSync<'_> {
         metrics::counter!(metric::ROWS_PUBLISHED.name).increment(rows as u64);
         metrics::counter!(metric::CHANGE_SETS_PUBLISHED.name).increment(1);
         let kind = kind.as_str();
-        tracing::info!(table = %table.table_name, snapshot_id, ordinal, rows, kind, "published change set");
+        // From the commit, by the writer's clock: a figure for people, not a measurement.
+        let since_commit_ms = (Utc::now() - committed_at).num_milliseconds().max(0);
+        tracing::info!(table = %table.table_name, snapshot_id, ordinal, rows, kind, compute_ms,
+            since_commit_ms, "published change set");
         Ok(())
     }
 }
@@ -433,6 +445,11 @@ fn moved_at(iceberg: &Table) -> DateTime<Utc> {
 }
 
 /// When a snapshot was committed.
+/// Milliseconds since `started`, for logs.
+fn millis(started: Instant) -> u64 {
+    started.elapsed().as_millis() as u64
+}
+
 pub fn committed_at(snapshot: &SnapshotRef) -> DateTime<Utc> {
     Utc.timestamp_millis_opt(snapshot.timestamp_ms())
         .single()

@@ -70,8 +70,10 @@ impl TaskRunner {
             outcome = self.execute(&task) => outcome,
             _ = lost.cancelled() => return Ok(true),
         };
+        let took = started.elapsed();
         metrics::histogram!(metric::TASK_DURATION.name, "kind" => task.kind.clone())
-            .record(started.elapsed().as_secs_f64());
+            .record(took.as_secs_f64());
+        tracing::debug!(task = %task.id, ms = took.as_millis() as u64, "task ran");
         match outcome {
             Ok(result) => match store.complete_task(&task, &result).await {
                 Err(StoreError::LeaseLost(_)) => tracing::info!(task = %task.id, "task taken over"),
