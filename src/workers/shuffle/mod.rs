@@ -361,17 +361,29 @@ pub(crate) fn bucket_count(configured: u32, stored: u64, reduce_target: u64) -> 
     configured.max(needed.min(MAX_BUCKETS) as u32)
 }
 
+/// Reduce tasks have at least this many parts of a shuffle of more than
+/// [`SPLIT_REDUCES_FROM`] bytes, so that every task worker shares the pairing and the
+/// writing of the segments, instead of one of them doing all while the others idle.
+const MIN_REDUCE_TASKS: u64 = 4;
+
+/// Shuffles smaller than this are reduced by one task: one segment, not a few tiny ones.
+const SPLIT_REDUCES_FROM: u64 = 1 << 20;
+
 /// The map tasks' bucket files grouped into the inputs of reduce tasks, bucket by
-/// bucket (see [`coalesce`]).
+/// bucket (see [`coalesce`]), of up to `target` bytes each and of about a quarter of the
+/// whole when that is less.
 pub(crate) fn reduce_inputs(
     files: impl Iterator<Item = BucketFile>,
     target: u64,
 ) -> Vec<Vec<BucketFile>> {
     let mut by_bucket: BTreeMap<u32, Vec<BucketFile>> = BTreeMap::new();
+    let mut total = 0u64;
     for file in files {
+        total += file.bytes.max(0) as u64;
         by_bucket.entry(file.bucket).or_default().push(file);
     }
-    coalesce(by_bucket, target)
+    let share = total.div_ceil(MIN_REDUCE_TASKS).max(SPLIT_REDUCES_FROM);
+    coalesce(by_bucket, target.min(share))
 }
 
 /// Groups consecutive buckets into reduce inputs of up to `target` bytes (a bucket is
@@ -427,6 +439,21 @@ mod tests {
             .collect();
         assert_eq!(buckets, vec![vec![0, 0, 3], vec![5], vec![9]]);
         assert!(coalesce(BTreeMap::new(), 100).is_empty());
+    }
+
+    #[test]
+    fn large_shuffles_get_a_few_reduce_tasks_and_small_ones_one() {
+        let buckets = |n: u32, bytes: i64| (0..n).map(move |b| file(b, bytes));
+        // 16 buckets of 1 MB under a 64 MB target: four reduces of four buckets.
+        let reduces = reduce_inputs(buckets(16, 1 << 20), 64 << 20);
+        assert_eq!(
+            reduces.iter().map(Vec::len).collect::<Vec<_>>(),
+            [4, 4, 4, 4]
+        );
+        // 16 buckets of 1 KB: one reduce, one segment.
+        assert_eq!(reduce_inputs(buckets(16, 1 << 10), 64 << 20).len(), 1);
+        // The target still bounds a reduce.
+        assert_eq!(reduce_inputs(buckets(16, 1 << 20), 2 << 20).len(), 8);
     }
 
     #[test]

@@ -40,14 +40,46 @@ pub async fn run_reduce(
         inserted: concat_batches(&schema, &inserted).map_err(TaskError::compute)?,
         regained: (gained as u32..all as u32).collect(),
     };
-    let changes = pair(&survivors, &reduce.key).map_err(|e| match e {
+    // Pairing and encoding are CPU work on all of the task's rows: off the async workers.
+    let (key, table_schema) = (reduce.key.clone(), opened.schema.clone());
+    let encoded = tokio::task::spawn_blocking(move || encode(&survivors, &key, &table_schema))
+        .await
+        .map_err(TaskError::joined)??;
+    let Some((bytes, rows)) = encoded else {
+        return Ok(ReduceResult {
+            rows: 0,
+            path: None,
+            size: 0,
+        });
+    };
+    let path = task.key().segment(reduce.n);
+    let size = bytes.len() as i64;
+    ctx.changes
+        .put(&path, bytes)
+        .await
+        .map_err(TaskError::change_store)?;
+    Ok(ReduceResult {
+        rows,
+        path: Some(path),
+        size,
+    })
+}
+
+/// The segment of the changes `survivors` pair into by `key`, with how many there are;
+/// None when there are none.
+fn encode(
+    survivors: &Survivors,
+    key: &[usize],
+    table_schema: &iceberg::spec::SchemaRef,
+) -> Result<Option<(bytes::Bytes, i64)>, TaskError> {
+    let changes = pair(survivors, key).map_err(|e| match e {
         PairError::DuplicateKey(d) => {
             let batch = if d.side == "deleted" {
                 &survivors.deleted
             } else {
                 &survivors.inserted
             };
-            let key = render_key(&opened.schema, batch, d.second as usize, &reduce.key);
+            let key = render_key(table_schema, batch, d.second as usize, key);
             TaskError::Permanent(Failure::new(
                 FailureCode::IdentifierColumnsInvalid,
                 format!(
@@ -59,22 +91,8 @@ pub async fn run_reduce(
         PairError::Arrow(e) => TaskError::compute(e),
     })?;
     if changes.is_empty() {
-        return Ok(ReduceResult {
-            rows: 0,
-            path: None,
-            size: 0,
-        });
+        return Ok(None);
     }
-    let bytes = encode_changes(&survivors, &changes).map_err(TaskError::compute)?;
-    let path = task.key().segment(reduce.n);
-    let size = bytes.len() as i64;
-    ctx.changes
-        .put(&path, bytes)
-        .await
-        .map_err(TaskError::change_store)?;
-    Ok(ReduceResult {
-        rows: changes.len() as i64,
-        path: Some(path),
-        size,
-    })
+    let bytes = encode_changes(survivors, &changes).map_err(TaskError::compute)?;
+    Ok(Some((bytes, changes.len() as i64)))
 }
