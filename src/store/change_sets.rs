@@ -275,13 +275,7 @@ impl Store {
         let mut garbage = cs.garbage.clone();
         garbage.extend(abandoned_prefixes(&cs.key, planned));
         super::retention::queue_garbage(&mut tx, &garbage, Duration::ZERO).await?;
-        sqlx::query!(
-            r#"SELECT pg_notify($1, $2) AS "notified: ()""#,
-            CHANGES_CHANNEL,
-            table.to_string()
-        )
-        .execute(&mut *tx)
-        .await?;
+        super::notify(&mut *tx, CHANGES_CHANNEL, &table.to_string()).await?;
         tx.commit().await?;
         Ok(())
     }

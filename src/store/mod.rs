@@ -37,6 +37,23 @@ pub use tokens::ApiToken;
 /// The migrations in `migrations/`, embedded in the binary.
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
+/// Sends `payload` on PostgreSQL channel `channel` when the statement (or the transaction
+/// it runs in) commits: how nodes tell each other of publishes, subscriptions and tasks.
+pub(crate) async fn notify(
+    executor: impl sqlx::PgExecutor<'_>,
+    channel: &str,
+    payload: &str,
+) -> Result<(), StoreError> {
+    sqlx::query!(
+        r#"SELECT pg_notify($1, $2) AS "notified: ()""#,
+        channel,
+        payload
+    )
+    .execute(executor)
+    .await?;
+    Ok(())
+}
+
 /// Failures of the coordination store.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

@@ -545,14 +545,7 @@ pub(super) async fn announce_subscription(
     executor: impl sqlx::PgExecutor<'_>,
     id: Uuid,
 ) -> Result<(), StoreError> {
-    sqlx::query!(
-        r#"SELECT pg_notify($1, $2) AS "notified: ()""#,
-        SUBSCRIPTIONS_CHANNEL,
-        id.to_string()
-    )
-    .execute(executor)
-    .await?;
-    Ok(())
+    super::notify(executor, SUBSCRIPTIONS_CHANNEL, &id.to_string()).await
 }
 
 /// The ordinals and event counts of `positions`, as the arrays a statement unnests.

@@ -101,14 +101,7 @@ pub(super) async fn announce(
     executor: impl sqlx::PgExecutor<'_>,
     event: TaskEvent,
 ) -> Result<(), StoreError> {
-    sqlx::query!(
-        r#"SELECT pg_notify($1, $2) AS "notified: ()""#,
-        TASKS_CHANNEL,
-        event.as_str()
-    )
-    .execute(executor)
-    .await?;
-    Ok(())
+    super::notify(executor, TASKS_CHANNEL, event.as_str()).await
 }
 
 #[cfg(test)]
