@@ -38,18 +38,24 @@ pub async fn run_net_reduce(
     };
     let batches = read_parts(&ctx.changes, &reduce.inputs).await?;
     let key = reduce.key.clone();
-    let netted = tokio::task::spawn_blocking(move || net_changes(&batches, &key))
-        .await
-        .map_err(TaskError::joined)??;
-    let Some((survivors, changes, ordinals)) = netted else {
+    // Netting and encoding are CPU work on all of the task's rows: off the async workers.
+    let encoded = tokio::task::spawn_blocking(move || {
+        let Some((survivors, changes, ordinals)) = net_changes(&batches, &key)? else {
+            return Ok(None);
+        };
+        let bytes =
+            encode_net_changes(&survivors, &changes, ordinals).map_err(TaskError::compute)?;
+        Ok::<_, TaskError>(Some((bytes, changes.len() as i64)))
+    })
+    .await
+    .map_err(TaskError::joined)??;
+    let Some((bytes, events)) = encoded else {
         return Ok(NetReduceResult {
             events: 0,
             path: None,
             size: 0,
         });
     };
-    let events = changes.len() as i64;
-    let bytes = encode_net_changes(&survivors, &changes, ordinals).map_err(TaskError::compute)?;
     let path = net.segment(reduce.n);
     let size = bytes.len() as i64;
     ctx.changes
