@@ -39,7 +39,7 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
 
 /// Sends `payload` on PostgreSQL channel `channel` when the statement (or the transaction
 /// it runs in) commits: how nodes tell each other of publishes, subscriptions and tasks.
-pub(crate) async fn notify(
+async fn notify(
     executor: impl sqlx::PgExecutor<'_>,
     channel: &str,
     payload: &str,
