@@ -11,18 +11,20 @@ use std::collections::hash_map::Entry;
 
 use std::hash::BuildHasher;
 
-use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::compute::interleave_record_batch;
+use arrow::array::{Array, AsArray, RecordBatch, UInt32Array};
+use arrow::compute::{interleave_record_batch, take};
 use arrow::datatypes::{Int64Type, SchemaRef};
 use arrow::error::ArrowError;
 use arrow::row::{RowConverter, Rows, SortField};
 use foldhash::fast::FixedState;
 
+use super::copied::copied_in_order;
 use crate::change::{ChangeRow, Op, Survivors, has_lineage, table_columns, table_width};
 
 /// Cancels rows that appear identically in `removed` and `added` (a multiset difference).
-/// Survivors keep their input order. Only the removed side's rows are held in the row
-/// format; added rows are converted a batch at a time and probed. `regained[b]` says
+/// Survivors keep their input order. Copies in the order they were removed are paired
+/// first (`copied`); only what that leaves is held in the row format: the removed side's
+/// rows, while added rows are converted a batch at a time and probed. `regained[b]` says
 /// whether added batch `b` holds rows a data file regained (missing: it does not).
 pub fn cancel_carryover(
     schema: &SchemaRef,
@@ -30,20 +32,24 @@ pub fn cancel_carryover(
     added: &[RecordBatch],
     regained: &[bool],
 ) -> Result<Survivors, ArrowError> {
+    // Rows with lineage pair with the copy that kept their row id, when one did.
+    let compared = table_width(schema) + usize::from(has_lineage(schema));
+    let copied = copied_in_order(removed, added, compared)?;
     let converter = whole_row_converter(schema)?;
     let removed_rows = removed
         .iter()
-        .map(|b| converter.convert_columns(table_columns(b)))
+        .zip(&copied.removed)
+        .map(|(batch, paired)| Unpaired::convert(&converter, batch, paired))
         .collect::<Result<Vec<_>, _>>()?;
     // Removed rows by hash; rows sharing a hash are chained through `next`, so the index
-    // costs no allocation per row.
-    let total: usize = removed_rows.iter().map(|r| r.num_rows()).sum();
+    // costs no allocation per row. `at` holds (batch, index among its unpaired rows).
+    let total: usize = removed_rows.iter().map(|u| u.rows.len()).sum();
     let mut at: Vec<(usize, usize)> = Vec::with_capacity(total);
     let mut next: Vec<u32> = Vec::with_capacity(total);
     let mut heads: HashMap<u64, u32, FixedState> =
         HashMap::with_capacity_and_hasher(total, FixedState::default());
-    for (b, rows) in removed_rows.iter().enumerate() {
-        for (r, row) in rows.iter().enumerate() {
+    for (b, unpaired) in removed_rows.iter().enumerate() {
+        for (r, row) in unpaired.converted.iter().enumerate() {
             next.push(
                 heads
                     .insert(row_hash(row.as_ref()), at.len() as u32)
@@ -52,24 +58,28 @@ pub fn cancel_carryover(
             at.push((b, r));
         }
     }
+    let removed_row = |i: u32| {
+        let (b, r) = at[i as usize];
+        removed_rows[b].converted.row(r)
+    };
     let mut live = vec![true; total];
     let mut inserted = Vec::new();
     let mut regained_rows = Vec::new();
-    for (b, batch) in added.iter().enumerate() {
-        let rows = converter.convert_columns(table_columns(batch))?;
+    for (b, (batch, paired)) in added.iter().zip(&copied.added).enumerate() {
+        let unpaired = Unpaired::convert(&converter, batch, paired)?;
         let batch_regained = regained.get(b).copied().unwrap_or(false);
-        for (r, row) in rows.iter().enumerate() {
+        for (&r, row) in unpaired.rows.iter().zip(unpaired.converted.iter()) {
             let hash = row_hash(row.as_ref());
             let mut prev = NONE;
             let mut i = heads.get(&hash).copied().unwrap_or(NONE);
-            while i != NONE && removed_rows[at[i as usize].0].row(at[i as usize].1) != row {
+            while i != NONE && removed_row(i) != row {
                 (prev, i) = (i, next[i as usize]);
             }
             if i == NONE {
                 if batch_regained {
                     regained_rows.push(inserted.len() as u32);
                 }
-                inserted.push((b, r));
+                inserted.push((b, r as usize));
                 continue;
             }
             // A copy: unlink the matched removed row so duplicates are counted.
@@ -83,15 +93,46 @@ pub fn cancel_carryover(
         }
     }
     let deleted: Vec<(usize, usize)> = at
-        .into_iter()
+        .iter()
         .zip(live)
-        .filter_map(|(row, live)| live.then_some(row))
+        .filter_map(|(&(b, r), live)| live.then_some((b, removed_rows[b].rows[r] as usize)))
         .collect();
     Ok(Survivors {
         deleted: gather(schema, removed, &deleted)?,
         inserted: gather(schema, added, &inserted)?,
         regained: regained_rows,
     })
+}
+
+/// The rows of a batch the in-order walk left unpaired, in the row format.
+struct Unpaired {
+    /// Their indexes in the batch.
+    rows: Vec<u32>,
+    converted: Rows,
+}
+
+impl Unpaired {
+    fn convert(
+        converter: &RowConverter,
+        batch: &RecordBatch,
+        paired: &[bool],
+    ) -> Result<Self, ArrowError> {
+        let rows: Vec<u32> = (0..batch.num_rows() as u32)
+            .filter(|&r| !paired[r as usize])
+            .collect();
+        let columns = table_columns(batch);
+        let converted = if rows.len() == batch.num_rows() {
+            converter.convert_columns(columns)?
+        } else {
+            let indices = UInt32Array::from(rows.clone());
+            let taken = columns
+                .iter()
+                .map(|c| take(c, &indices, None))
+                .collect::<Result<Vec<_>, _>>()?;
+            converter.convert_columns(&taken)?
+        };
+        Ok(Self { rows, converted })
+    }
 }
 
 const NONE: u32 = u32::MAX;

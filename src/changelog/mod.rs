@@ -3,6 +3,7 @@
 //! Must not reach: `store`, `workers` (it plans; checkpoints and publishing are theirs).
 
 pub mod carryover;
+mod copied;
 mod deleted;
 pub mod deletes;
 mod field_reader;

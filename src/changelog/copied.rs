@@ -1,0 +1,488 @@
+//! Copies found in order: most writers rewrite a file row by row (pyiceberg, the iceberg
+//! crate, Spark without a shuffle), so the rows a rewrite copied come in the order of the
+//! file it removed. Walking both sides side by side finds those copies with a comparison
+//! per column, where the multiset difference (`carryover`) converts every row of both
+//! sides to the row format and hashes it.
+//!
+//! The walk only pairs rows that are equal, so what it leaves over has the same multiset
+//! difference as the whole: the difference stays exact whatever the order, and rows the
+//! walk cannot place (reordered or shuffled writes) cost what they cost before.
+//! Must not reach: `changes`, `store` (rows in, changes out).
+
+use arrow::array::{
+    Array, ArrayRef, ArrowNativeTypeOp, AsArray, DynComparator, RecordBatch, downcast_primitive,
+    make_comparator,
+};
+use arrow::buffer::BooleanBuffer;
+use arrow::compute::SortOptions;
+use arrow::compute::kernels::cmp::not_distinct;
+use arrow::datatypes::DataType;
+use arrow::error::ArrowError;
+
+/// How far past a difference the walk looks for the copies to go on: a run of up to
+/// this many changed, deleted or inserted rows in a row keeps it in step.
+const LOOKAHEAD: usize = 8;
+
+/// Differences in a row the walk could not step over before it gives up: the sides are
+/// not in the same order, and the multiset difference pairs what is left.
+const GIVE_UP: usize = 32;
+
+/// Which rows of each batch of each side the walk paired with an equal row of the other.
+#[derive(Debug)]
+pub struct Copied {
+    pub removed: Vec<Vec<bool>>,
+    pub added: Vec<Vec<bool>>,
+}
+
+#[cfg(test)]
+impl Copied {
+    /// Rows paired on each side (the same count).
+    fn pairs(&self) -> usize {
+        self.removed.iter().flatten().filter(|&&c| c).count()
+    }
+}
+
+/// Pairs the rows of `added` that copy rows of `removed` in the same order, comparing the
+/// first `columns` columns (the table's, and the row id where rows have lineage).
+pub fn copied_in_order(
+    removed: &[RecordBatch],
+    added: &[RecordBatch],
+    columns: usize,
+) -> Result<Copied, ArrowError> {
+    let mut copied = Copied {
+        removed: removed.iter().map(|b| vec![false; b.num_rows()]).collect(),
+        added: added.iter().map(|b| vec![false; b.num_rows()]).collect(),
+    };
+    let mut rows = Comparators {
+        removed,
+        added,
+        width: columns,
+        made: Vec::new(),
+    };
+    let (mut r, mut a) = (Row::first(removed), Row::first(added));
+    let mut misses = 0;
+    while let (Some(rr), Some(ar)) = (r, a) {
+        let (rb, ab) = (&removed[rr.batch], &added[ar.batch]);
+        let n = WINDOW
+            .min(rb.num_rows() - rr.row)
+            .min(ab.num_rows() - ar.row);
+        let same = equal_run(rb, rr.row, ab, ar.row, n, columns)?;
+        copied.removed[rr.batch][rr.row..rr.row + same].fill(true);
+        copied.added[ar.batch][ar.row..ar.row + same].fill(true);
+        (r, a) = (rr.after(removed, same), ar.after(added, same));
+        if same > 0 {
+            misses = 0;
+        }
+        if same == n {
+            continue;
+        }
+        let (Some(rr), Some(ar)) = (r, a) else { break };
+        // A difference: the rows just after it that are equal again say what it was (an
+        // update, deleted rows or inserted rows); the rows stepped over stay unpaired.
+        let mut step = None;
+        'look: for d in 1..=LOOKAHEAD {
+            for (dr, da) in [(d, d), (d, 0), (0, d)] {
+                if let (Some(rn), Some(an)) = (rr.after(removed, dr), ar.after(added, da))
+                    && rows.equal(rn, an)?
+                {
+                    step = Some((rn, an));
+                    break 'look;
+                }
+            }
+        }
+        (r, a) = match step {
+            Some((rn, an)) => (Some(rn), Some(an)),
+            None => {
+                misses += 1;
+                if misses == GIVE_UP {
+                    break;
+                }
+                (rr.after(removed, 1), ar.after(added, 1))
+            }
+        };
+    }
+    Ok(copied)
+}
+
+/// Rows compared at once while the sides stay in step. Only the first column compares
+/// them all: each column after it compares just the run the columns before it found
+/// equal, so a window past the next difference costs little.
+const WINDOW: usize = 2048;
+
+/// How many of the `n` rows from `r` of `removed` and from `a` of `added` are equal to
+/// each other before the first that is not, a column at a time: each column compares
+/// only the rows that all columns before it found equal.
+fn equal_run(
+    removed: &RecordBatch,
+    r: usize,
+    added: &RecordBatch,
+    a: usize,
+    mut n: usize,
+    columns: usize,
+) -> Result<usize, ArrowError> {
+    for c in 0..columns {
+        if n == 0 {
+            break;
+        }
+        n = column_run(removed.column(c), r, added.column(c), a, n)?;
+    }
+    Ok(n)
+}
+
+/// How many of the `n` values from `r` of `left` and from `a` of `right` are equal before
+/// the first that is not. Values without nulls of the common types are compared in
+/// place; the rest by the comparison kernel (or, nested, the comparator).
+fn column_run(
+    left: &ArrayRef,
+    r: usize,
+    right: &ArrayRef,
+    a: usize,
+    n: usize,
+) -> Result<usize, ArrowError> {
+    let no_nulls = |array: &ArrayRef, at: usize| {
+        array
+            .nulls()
+            .is_none_or(|nulls| nulls.slice(at, n).null_count() == 0)
+    };
+    if left.data_type() == right.data_type() && no_nulls(left, r) && no_nulls(right, a) {
+        macro_rules! in_place {
+            ($t:ty) => {
+                return Ok(values_run(
+                    &left.as_primitive::<$t>().values()[r..r + n],
+                    &right.as_primitive::<$t>().values()[a..a + n],
+                ))
+            };
+        }
+        downcast_primitive! {
+            left.data_type() => (in_place),
+            DataType::Utf8 => {
+                let (left, right) = (left.as_string::<i32>(), right.as_string::<i32>());
+                return Ok((0..n).take_while(|&i| left.value(r + i) == right.value(a + i)).count());
+            }
+            _ => {}
+        }
+    }
+    if left.data_type().is_nested() {
+        // The comparison kernels leave nested nulls undefined; the comparator does not.
+        let cmp = make_comparator(left, right, SortOptions::default())?;
+        return Ok((0..n).take_while(|&i| cmp(r + i, a + i).is_eq()).count());
+    }
+    Ok(leading_ones(
+        not_distinct(&left.slice(r, n), &right.slice(a, n))?.values(),
+    ))
+}
+
+/// How many values at the start of both slices are equal (floats by their bits).
+fn values_run<T: ArrowNativeTypeOp>(left: &[T], right: &[T]) -> usize {
+    left.iter()
+        .zip(right)
+        .position(|(l, r)| !l.is_eq(*r))
+        .unwrap_or(left.len())
+}
+
+/// How many bits at the start of `bits` are set.
+fn leading_ones(bits: &BooleanBuffer) -> usize {
+    let chunks = bits.bit_chunks();
+    let mut ones = 0;
+    for chunk in chunks.iter() {
+        let run = chunk.trailing_ones() as usize;
+        ones += run;
+        if run < 64 {
+            return ones;
+        }
+    }
+    ones + (chunks.remainder_bits().trailing_ones() as usize).min(chunks.remainder_len())
+}
+
+/// A row of one side: its batch, and its index in that batch.
+#[derive(Clone, Copy, Debug)]
+struct Row {
+    batch: usize,
+    row: usize,
+}
+
+impl Row {
+    fn first(batches: &[RecordBatch]) -> Option<Self> {
+        Self { batch: 0, row: 0 }.after(batches, 0)
+    }
+
+    /// The row `by` rows on, across batch bounds; `None` past the last.
+    fn after(self, batches: &[RecordBatch], by: usize) -> Option<Self> {
+        let (mut batch, mut row) = (self.batch, self.row + by);
+        while row >= batches.get(batch)?.num_rows() {
+            row -= batches[batch].num_rows();
+            batch += 1;
+        }
+        Some(Self { batch, row })
+    }
+}
+
+/// Compares rows of the two sides, with the column comparators of the few pairs of
+/// batches the walk was last in (it stays in one pair for thousands of rows).
+struct Comparators<'a> {
+    removed: &'a [RecordBatch],
+    added: &'a [RecordBatch],
+    width: usize,
+    /// Most recently made first.
+    made: Vec<((usize, usize), Vec<DynComparator>)>,
+}
+
+impl Comparators<'_> {
+    /// Whether the rows are equal in every column (nulls equal nulls; floats equal when
+    /// their bits are, as in the row format).
+    fn equal(&mut self, r: Row, a: Row) -> Result<bool, ArrowError> {
+        let batches = (r.batch, a.batch);
+        if self.made.first().is_none_or(|(b, _)| *b != batches) {
+            match self.made.iter().position(|(b, _)| *b == batches) {
+                Some(i) => self.made.swap(0, i),
+                None => {
+                    let columns = (0..self.width)
+                        .map(|c| {
+                            make_comparator(
+                                self.removed[r.batch].column(c),
+                                self.added[a.batch].column(c),
+                                SortOptions::default(),
+                            )
+                        })
+                        .collect::<Result<_, _>>()?;
+                    self.made.truncate(KEPT_PAIRS - 1);
+                    self.made.insert(0, (batches, columns));
+                }
+            }
+        }
+        Ok(self.made[0].1.iter().all(|cmp| cmp(r.row, a.row).is_eq()))
+    }
+}
+
+/// Pairs of batches whose comparators are kept: the one walked and those the lookahead
+/// reaches across batch bounds.
+const KEPT_PAIRS: usize = 4;
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Float64Array, Int64Array, StringArray};
+    use arrow::datatypes::{Field, Schema};
+
+    use super::*;
+
+    fn batch(rows: &[(i64, Option<&str>, f64)]) -> RecordBatch {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, true),
+            Field::new("x", DataType::Float64, false),
+        ]));
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.0))),
+                Arc::new(StringArray::from_iter(rows.iter().map(|r| r.1))),
+                Arc::new(Float64Array::from_iter_values(rows.iter().map(|r| r.2))),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn unpaired(marks: &[Vec<bool>]) -> Vec<(usize, usize)> {
+        marks
+            .iter()
+            .enumerate()
+            .flat_map(|(b, rows)| {
+                rows.iter()
+                    .enumerate()
+                    .filter(|(_, c)| !**c)
+                    .map(move |(r, _)| (b, r))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_rewrite_in_order_leaves_only_its_changes_unpaired() {
+        let removed = [
+            batch(&[(1, Some("a"), 1.0), (2, None, 2.0), (3, Some("c"), 3.0)]),
+            batch(&[]),
+            batch(&[
+                (4, Some("d"), 4.0),
+                (5, Some("e"), 5.0),
+                (6, Some("f"), 6.0),
+            ]),
+        ];
+        // Row 2 updated, row 4 deleted, a row inserted after 5, across other batch bounds.
+        let added = [
+            batch(&[(1, Some("a"), 1.0), (2, Some("b"), 2.0)]),
+            batch(&[(3, Some("c"), 3.0), (5, Some("e"), 5.0), (9, None, 9.0)]),
+            batch(&[(6, Some("f"), 6.0)]),
+        ];
+        let copied = copied_in_order(&removed, &added, 3).unwrap();
+        assert_eq!(unpaired(&copied.removed), [(0, 1), (2, 0)]);
+        assert_eq!(unpaired(&copied.added), [(0, 1), (1, 2)]);
+        assert_eq!(copied.pairs(), 4);
+    }
+
+    #[test]
+    fn nulls_pair_with_nulls_and_floats_by_their_bits() {
+        let removed = [batch(&[(1, None, 0.0), (2, None, f64::NAN)])];
+        let added = [batch(&[(1, None, -0.0), (2, None, f64::NAN)])];
+        let copied = copied_in_order(&removed, &added, 3).unwrap();
+        assert_eq!(copied.removed, [vec![false, true]]);
+        assert_eq!(copied.added, [vec![false, true]]);
+    }
+
+    #[test]
+    fn sides_in_different_orders_are_given_up_on_and_left_unpaired() {
+        let rows: Vec<(i64, Option<&str>, f64)> =
+            (0..200).map(|i| (i, Some("same"), i as f64)).collect();
+        let reversed: Vec<_> = rows.iter().rev().copied().collect();
+        let copied = copied_in_order(&[batch(&rows)], &[batch(&reversed)], 3).unwrap();
+        // The walk gives up long before the middle, where the reversal would meet.
+        assert_eq!(copied.pairs(), 0, "{copied:?}");
+    }
+
+    #[test]
+    fn leading_ones_counts_across_words_and_offsets() {
+        let bits = |v: &[bool]| BooleanBuffer::from(v.to_vec());
+        assert_eq!(leading_ones(&bits(&[])), 0);
+        assert_eq!(leading_ones(&bits(&[true; 70])), 70);
+        let mut v = vec![true; 130];
+        v[100] = false;
+        assert_eq!(leading_ones(&bits(&v)), 100);
+        assert_eq!(leading_ones(&bits(&v).slice(3, 120)), 97);
+        assert_eq!(leading_ones(&bits(&v).slice(101, 29)), 29);
+    }
+
+    #[test]
+    fn nested_columns_are_compared_by_the_comparator() {
+        let ints = |v: Vec<i64>| Arc::new(Int64Array::from(v)) as arrow::array::ArrayRef;
+        let structs = |v: Vec<i64>, valid: Vec<bool>| {
+            let field = Arc::new(Field::new("n", DataType::Int64, true));
+            arrow::array::StructArray::new(
+                vec![field.as_ref().clone()].into(),
+                vec![ints(v)],
+                Some(valid.into()),
+            )
+        };
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("s", structs(vec![], vec![]).data_type().clone(), true),
+        ]));
+        let make = |ids: Vec<i64>, s: arrow::array::StructArray| {
+            RecordBatch::try_new(schema.clone(), vec![ints(ids), Arc::new(s)]).unwrap()
+        };
+        // Row 1 differs in the struct only; row 2's nulls hide different child values.
+        let removed = make(
+            vec![1, 2, 3],
+            structs(vec![10, 20, 7], vec![true, true, false]),
+        );
+        let added = make(
+            vec![1, 2, 3],
+            structs(vec![10, 21, 8], vec![true, true, false]),
+        );
+        let copied = copied_in_order(&[removed], &[added], 2).unwrap();
+        assert_eq!(copied.removed, [vec![true, false, true]]);
+    }
+
+    /// Rows as `(id, name)` strings, for comparing multisets.
+    fn rendered(batch: &RecordBatch) -> Vec<String> {
+        let ids = batch
+            .column(0)
+            .as_primitive::<arrow::datatypes::Int64Type>();
+        let names = batch.column(1).as_string::<i32>();
+        (0..batch.num_rows())
+            .map(|i| {
+                format!(
+                    "{}/{:?}",
+                    ids.value(i),
+                    names.is_valid(i).then(|| names.value(i))
+                )
+            })
+            .collect()
+    }
+
+    /// `a` minus `b` as multisets, in `a`'s order.
+    fn minus(a: &[String], b: &[String]) -> Vec<String> {
+        let mut left: Vec<&String> = b.iter().collect();
+        a.iter()
+            .filter(|row| match left.iter().position(|l| l == row) {
+                Some(i) => {
+                    left.swap_remove(i);
+                    false
+                }
+                None => true,
+            })
+            .cloned()
+            .collect()
+    }
+
+    #[test]
+    fn cancelling_is_the_multiset_difference_whatever_the_rewrite_did() {
+        use rand::rngs::StdRng;
+        use rand::{Rng, SeedableRng};
+        let mut rng = StdRng::seed_from_u64(0x1cef);
+        for round in 0..300 {
+            // Few distinct values, so duplicates and lookalikes are common.
+            let value = |rng: &mut StdRng| {
+                let name = ["a", "b", "c"][rng.random_range(0..3)];
+                (
+                    rng.random_range(0..6),
+                    (rng.random_range(0..8) > 0).then_some(name),
+                    0.0,
+                )
+            };
+            let removed: Vec<_> = (0..rng.random_range(0..120))
+                .map(|_| value(&mut rng))
+                .collect();
+            let mut added = Vec::new();
+            for row in &removed {
+                match rng.random_range(0..20) {
+                    0 => {}
+                    1 => added.push(value(&mut rng)),
+                    2 => {
+                        added.push(*row);
+                        added.push(value(&mut rng));
+                    }
+                    _ => added.push(*row),
+                }
+            }
+            if round % 5 == 0 {
+                // A writer that shuffles.
+                for i in (1..added.len()).rev() {
+                    added.swap(i, rng.random_range(0..=i));
+                }
+            }
+            let split = |rows: &[(i64, Option<&str>, f64)], rng: &mut StdRng| {
+                let mut batches = Vec::new();
+                let mut at = 0;
+                while at < rows.len() {
+                    let n = rng.random_range(0..=(rows.len() - at).min(40));
+                    batches.push(batch(&rows[at..at + n]));
+                    at += n;
+                }
+                batches
+            };
+            let (r, a) = (split(&removed, &mut rng), split(&added, &mut rng));
+            let schema = batch(&[]).schema();
+            let survivors =
+                crate::changelog::carryover::cancel_carryover(&schema, &r, &a, &[]).unwrap();
+            let all =
+                |batches: &[RecordBatch]| batches.iter().flat_map(rendered).collect::<Vec<_>>();
+            let (r, a) = (all(&r), all(&a));
+            let (mut deleted, mut inserted) =
+                (rendered(&survivors.deleted), rendered(&survivors.inserted));
+            let (mut want_deleted, mut want_inserted) = (minus(&r, &a), minus(&a, &r));
+            for v in [
+                &mut deleted,
+                &mut inserted,
+                &mut want_deleted,
+                &mut want_inserted,
+            ] {
+                v.sort();
+            }
+            assert_eq!(
+                (deleted, inserted),
+                (want_deleted, want_inserted),
+                "round {round}"
+            );
+        }
+    }
+}
