@@ -9,6 +9,7 @@ use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::Int64Type;
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
+use futures::{StreamExt, TryStreamExt};
 
 use super::files::{DELETED, INSERTED, Partitioned, REGAINED, shuffled_schema, with_sides};
 use super::{MapResult, MapTask, estimated_memory, spill};
@@ -22,7 +23,7 @@ use crate::workers::task_context::{TaskContext, TaskError};
 pub async fn run_map(
     ctx: &TaskContext,
     task: &ClaimedTask,
-    map: MapTask,
+    mut map: MapTask,
 ) -> Result<MapResult, TaskError> {
     let opened = ctx.open(task.table_id, map.schema_id, map.lineage).await?;
     let schema = opened.read.batch_schema();
@@ -30,21 +31,32 @@ pub async fn run_map(
     let mut out = Buckets::new(ctx, task, &schema, &map, budget)?;
     let spilled_partitions = if estimated_memory(map.input_bytes) <= budget {
         let deletes = DeleteCache::default();
-        let removed = ctx.read_each_file(&opened, &map.removed, &deletes).await?;
-        let added = ctx.read_each_file(&opened, &map.added, &deletes).await?;
-        out.resurrected += map
-            .added
-            .iter()
-            .zip(&added)
-            .filter(|(file, _)| file.regains_rows())
-            .flat_map(|(_, batches)| batches.iter().map(|b| b.num_rows() as i64))
-            .sum::<i64>();
-        let added = map.added.iter().map(|f| f.regains_rows()).zip(added);
-        for (removed, added) in map.split_groups(removed, added.collect()) {
+        // A group is read while the one before it is cancelled: decoding and comparing
+        // overlap, and memory holds two groups, not the task's every file.
+        let files = (
+            std::mem::take(&mut map.removed),
+            std::mem::take(&mut map.added),
+        );
+        let mut groups = futures::stream::iter(map.split_groups(files.0, files.1))
+            .map(|(removed, added)| {
+                let (opened, deletes) = (&opened, &deletes);
+                async move {
+                    let (removed_rows, added_rows) = futures::try_join!(
+                        ctx.read_each_file(opened, &removed, deletes),
+                        ctx.read_each_file(opened, &added, deletes)
+                    )?;
+                    Ok::<_, TaskError>((removed_rows, added, added_rows))
+                }
+            })
+            .buffered(2);
+        while let Some((removed, files, added)) = groups.try_next().await? {
             let (mut batches, mut regained) = (Vec::new(), Vec::new());
-            for (regains, file) in added {
-                regained.extend(std::iter::repeat_n(regains, file.len()));
-                batches.extend(file);
+            for (file, rows) in files.iter().zip(added) {
+                if file.regains_rows() {
+                    out.resurrected += rows.iter().map(|b| b.num_rows() as i64).sum::<i64>();
+                }
+                regained.extend(std::iter::repeat_n(file.regains_rows(), rows.len()));
+                batches.extend(rows);
             }
             out.push(cancel(&schema, removed.concat(), batches, regained).await?)
                 .await?;
