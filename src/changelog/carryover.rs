@@ -12,6 +12,7 @@ use std::collections::hash_map::Entry;
 use std::hash::BuildHasher;
 
 use arrow::array::{Array, AsArray, RecordBatch, UInt32Array};
+use arrow::buffer::ScalarBuffer;
 use arrow::compute::{interleave_record_batch, take};
 use arrow::datatypes::{Int64Type, SchemaRef};
 use arrow::error::ArrowError;
@@ -107,7 +108,7 @@ pub fn cancel_carryover(
 /// The rows of a batch the in-order walk left unpaired, in the row format.
 struct Unpaired {
     /// Their indexes in the batch.
-    rows: Vec<u32>,
+    rows: ScalarBuffer<u32>,
     converted: Rows,
 }
 
@@ -117,21 +118,23 @@ impl Unpaired {
         batch: &RecordBatch,
         paired: &[bool],
     ) -> Result<Self, ArrowError> {
-        let rows: Vec<u32> = (0..batch.num_rows() as u32)
-            .filter(|&r| !paired[r as usize])
-            .collect();
+        let rows = UInt32Array::from_iter_values(
+            (0..batch.num_rows() as u32).filter(|&r| !paired[r as usize]),
+        );
         let columns = table_columns(batch);
         let converted = if rows.len() == batch.num_rows() {
             converter.convert_columns(columns)?
         } else {
-            let indices = UInt32Array::from(rows.clone());
             let taken = columns
                 .iter()
-                .map(|c| take(c, &indices, None))
+                .map(|c| take(c, &rows, None))
                 .collect::<Result<Vec<_>, _>>()?;
             converter.convert_columns(&taken)?
         };
-        Ok(Self { rows, converted })
+        Ok(Self {
+            rows: rows.values().clone(),
+            converted,
+        })
     }
 }
 

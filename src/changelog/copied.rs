@@ -10,8 +10,7 @@
 //! Must not reach: `changes`, `store` (rows in, changes out).
 
 use arrow::array::{
-    Array, ArrayRef, ArrowNativeTypeOp, AsArray, DynComparator, RecordBatch, downcast_primitive,
-    make_comparator,
+    Array, ArrayRef, ArrowNativeTypeOp, AsArray, RecordBatch, downcast_primitive, make_comparator,
 };
 use arrow::buffer::BooleanBuffer;
 use arrow::compute::SortOptions;
@@ -53,11 +52,9 @@ pub fn copied_in_order(
         removed: removed.iter().map(|b| vec![false; b.num_rows()]).collect(),
         added: added.iter().map(|b| vec![false; b.num_rows()]).collect(),
     };
-    let mut rows = Comparators {
-        removed,
-        added,
-        width: columns,
-        made: Vec::new(),
+    let equal = |r: Row, a: Row| {
+        let run = equal_run(&removed[r.batch], r.row, &added[a.batch], a.row, 1, columns);
+        run.map(|n| n == 1)
     };
     let (mut r, mut a) = (Row::first(removed), Row::first(added));
     let mut misses = 0;
@@ -83,7 +80,7 @@ pub fn copied_in_order(
         'look: for d in 1..=LOOKAHEAD {
             for (dr, da) in [(d, d), (d, 0), (0, d)] {
                 if let (Some(rn), Some(an)) = (rr.after(removed, dr), ar.after(added, da))
-                    && rows.equal(rn, an)?
+                    && equal(rn, an)?
                 {
                     step = Some((rn, an));
                     break 'look;
@@ -216,47 +213,6 @@ impl Row {
         Some(Self { batch, row })
     }
 }
-
-/// Compares rows of the two sides, with the column comparators of the few pairs of
-/// batches the walk was last in (it stays in one pair for thousands of rows).
-struct Comparators<'a> {
-    removed: &'a [RecordBatch],
-    added: &'a [RecordBatch],
-    width: usize,
-    /// Most recently made first.
-    made: Vec<((usize, usize), Vec<DynComparator>)>,
-}
-
-impl Comparators<'_> {
-    /// Whether the rows are equal in every column (nulls equal nulls; floats equal when
-    /// their bits are, as in the row format).
-    fn equal(&mut self, r: Row, a: Row) -> Result<bool, ArrowError> {
-        let batches = (r.batch, a.batch);
-        if self.made.first().is_none_or(|(b, _)| *b != batches) {
-            match self.made.iter().position(|(b, _)| *b == batches) {
-                Some(i) => self.made.swap(0, i),
-                None => {
-                    let columns = (0..self.width)
-                        .map(|c| {
-                            make_comparator(
-                                self.removed[r.batch].column(c),
-                                self.added[a.batch].column(c),
-                                SortOptions::default(),
-                            )
-                        })
-                        .collect::<Result<_, _>>()?;
-                    self.made.truncate(KEPT_PAIRS - 1);
-                    self.made.insert(0, (batches, columns));
-                }
-            }
-        }
-        Ok(self.made[0].1.iter().all(|cmp| cmp(r.row, a.row).is_eq()))
-    }
-}
-
-/// Pairs of batches whose comparators are kept: the one walked and those the lookahead
-/// reaches across batch bounds.
-const KEPT_PAIRS: usize = 4;
 
 #[cfg(test)]
 mod tests {

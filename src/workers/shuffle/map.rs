@@ -33,11 +33,11 @@ pub async fn run_map(
         let deletes = DeleteCache::default();
         // A group is read while the one before it is cancelled: decoding and comparing
         // overlap, and memory holds two groups, not the task's every file.
-        let files = (
+        let (removed, added) = (
             std::mem::take(&mut map.removed),
             std::mem::take(&mut map.added),
         );
-        let mut groups = futures::stream::iter(map.split_groups(files.0, files.1))
+        let mut groups = futures::stream::iter(map.split_groups(removed, added))
             .map(|(removed, added)| {
                 let (opened, deletes) = (&opened, &deletes);
                 async move {
@@ -52,10 +52,11 @@ pub async fn run_map(
         while let Some((removed, files, added)) = groups.try_next().await? {
             let (mut batches, mut regained) = (Vec::new(), Vec::new());
             for (file, rows) in files.iter().zip(added) {
-                if file.regains_rows() {
+                let regains = file.regains_rows();
+                if regains {
                     out.resurrected += rows.iter().map(|b| b.num_rows() as i64).sum::<i64>();
                 }
-                regained.extend(std::iter::repeat_n(file.regains_rows(), rows.len()));
+                regained.extend(std::iter::repeat_n(regains, rows.len()));
                 batches.extend(rows);
             }
             out.push(cancel(&schema, removed.concat(), batches, regained).await?)
