@@ -1,8 +1,8 @@
 //! Load benchmark: how fast icefeed exports a taxi-sized Iceberg table and serves its feed,
 //! compared with the physical floor of decoding the same Parquet files with bare Arrow.
 //!
-//! `cargo bench --bench load -- [--rows N] [--dir PATH] [--files-rows R] [--pull-events M]
-//! [--sse-events E] [--sse-limit L] [--consumers C] [--consumer-events K] [--stall S]`
+//! `cargo bench --bench load -- [--rows N] [--dir PATH] [--files-rows R]
+//! [--wires json,ndjson,arrow] [--pull-events M] [--sse-events E] [--sse-limit L] [--consumers C] [--consumer-events K] [--stall S]`
 //!
 //! 1. generates (or reuses) a day-partitioned taxi table of N rows written in 9 appends;
 //! 2. scans all its data files with bare Arrow on 2 threads (the floor), then decodes
@@ -61,6 +61,14 @@ struct Args {
     /// append up to ~50M rows, i.e. ~112k rows per file (~373 files) at 41M rows.
     #[arg(long, default_value_t = generate::DEFAULT_MAX_ROWS_PER_FILE)]
     files_rows: usize,
+    /// Representations the pull phases page through, in order.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "json,ndjson,arrow"
+    )]
+    wires: Vec<service::Wire>,
     /// Events to pull through the changes endpoint (default: min(rows, 2,000,000)).
     #[arg(long)]
     pull_events: Option<u64>,
@@ -148,7 +156,13 @@ fn main() -> anyhow::Result<()> {
 
     // 3 and 4. The service.
     let admin_url = harness::admin_url();
-    let outcome = runtime.block_on(service::run(&admin_url, &table, pull_events, &plan))?;
+    let outcome = runtime.block_on(service::run(
+        &admin_url,
+        &table,
+        &args.wires,
+        pull_events,
+        &plan,
+    ))?;
 
     // 5. Results.
     let floor = scan_row.rate();

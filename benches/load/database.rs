@@ -30,11 +30,20 @@ impl Database {
         })
     }
 
-    /// Drops it, closing other connections.
+    /// Drops it, closing other connections. An autovacuum worker in the database (it
+    /// runs as a superuser, whom the benchmark's role may not terminate) makes `FORCE`
+    /// fail until it is done: tried again for a while.
     pub async fn drop(self) -> anyhow::Result<()> {
         let mut conn = PgConnection::connect(&self.admin_url).await?;
-        conn.execute(format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name).as_str())
-            .await?;
+        let drop = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+        let mut attempts = 0;
+        while let Err(e) = conn.execute(drop.as_str()).await {
+            attempts += 1;
+            if attempts == 60 {
+                return Err(e).context(format!("dropping database {}", self.name));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        }
         conn.close().await?;
         Ok(())
     }

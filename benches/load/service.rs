@@ -34,7 +34,7 @@ pub struct Outcome {
 }
 
 /// The representation a pull asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Wire {
     Json,
     Ndjson,
@@ -42,8 +42,6 @@ pub enum Wire {
 }
 
 impl Wire {
-    pub const ALL: [Wire; 3] = [Wire::Json, Wire::Ndjson, Wire::Arrow];
-
     pub fn name(self) -> &'static str {
         match self {
             Wire::Json => "JSON",
@@ -72,11 +70,12 @@ pub struct Pull {
 pub async fn run(
     admin_url: &str,
     table: &BenchTable,
+    pulls: &[Wire],
     pull_events: u64,
     plan: &DeliveryPlan,
 ) -> anyhow::Result<Outcome> {
     let db = Database::create(admin_url).await?;
-    let result = run_node(&db.url, table, pull_events, plan).await;
+    let result = run_node(&db.url, table, pulls, pull_events, plan).await;
     let dropped = db.drop().await;
     let outcome = result?;
     dropped?;
@@ -86,6 +85,7 @@ pub async fn run(
 async fn run_node(
     database_url: &str,
     table: &BenchTable,
+    wires: &[Wire],
     pull_events: u64,
     plan: &DeliveryPlan,
 ) -> anyhow::Result<Outcome> {
@@ -106,7 +106,7 @@ async fn run_node(
         );
         let initial_load_bytes = dir_size(changes.path())?;
         let mut pulls = Vec::new();
-        for wire in Wire::ALL {
+        for &wire in wires {
             let pull = pull(&client, &base, &id, pull_events, table.rows, wire).await?;
             println!(
                 "pull {}: {} events in {:.2}s",
