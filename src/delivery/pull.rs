@@ -33,6 +33,10 @@ const SCAN_BUDGET: usize = 1_000_000;
 /// Chunks a reader has rendered ahead of the one it reads, and windows it has decoded
 /// ahead of its page, at most.
 const MAX_AHEAD: usize = 3;
+/// Pages of the same size whose windows a reader decodes ahead: a window takes longer to
+/// decode than a page of it takes to send, so decoding it only for the very next page
+/// left the reader waiting for it.
+const PAGES_AHEAD: usize = 2;
 /// Rows read at a time while filtering (a filtered page cannot know how many it needs).
 const FILTER_CHUNK: usize = 8192;
 
@@ -250,9 +254,10 @@ impl Feed {
         }
     }
 
-    /// Decodes in the background the windows of `segments` that a next page of the same
-    /// size after `next` would read (up to [`MAX_AHEAD`]), so that a consumer paging on
-    /// finds them decoded, across segments too, while it takes this page.
+    /// Decodes in the background the windows of `segments` that the next
+    /// [`PAGES_AHEAD`] pages of the same size after `next` would read (up to
+    /// [`MAX_AHEAD`]), so that a consumer paging on finds them decoded, across segments
+    /// too, while it takes this page.
     fn decode_ahead(
         &self,
         table: &SourceTable,
@@ -262,7 +267,7 @@ impl Feed {
     ) {
         let skip_inserts = !request.selection.ops.contains(Op::Insert);
         let windows: Vec<(SegmentRecord, usize)> =
-            windows_ahead(segments, next, request.limit, skip_inserts)
+            windows_ahead(segments, next, PAGES_AHEAD * request.limit, skip_inserts)
                 .filter(|(segment, index)| !self.decoded.contains(&segment.path, *index))
                 .map(|(segment, index)| (segment.clone(), index))
                 .collect();
