@@ -170,7 +170,7 @@ pub async fn get_changes(
     .await?;
     let options = query.longs.unwrap_or_default().options();
     let format = Format::negotiate(query.format, &headers);
-    let cursor = |t: TableId, p: Position| p.to_cursor(t);
+    let cursor = |t: TableId, p: Position, out: &mut Vec<u8>| p.write_cursor(t, out);
     let request = PageRequest {
         after,
         limit,

@@ -76,7 +76,7 @@ pub async fn net_page(
                     more,
                 };
                 let options = query.longs.unwrap_or_default().options();
-                let cursor = |t: TableId, p: Position| p.to_cursor(t);
+                let cursor = |t: TableId, p: Position, out: &mut Vec<u8>| p.write_cursor(t, out);
                 let page = PageSink::new(
                     Format::negotiate(query.format, headers),
                     &options,
@@ -98,7 +98,7 @@ pub async fn net_page(
     };
     let Some(event_count) = wait_for(state, range.clone(), wait).await? else {
         // Still being computed: an empty page whose cursor holds the range.
-        let cursor = |t: TableId, p: Position| p.to_cursor(t);
+        let cursor = |t: TableId, p: Position, out: &mut Vec<u8>| p.write_cursor(t, out);
         let page = PageSink::new(
             Format::negotiate(query.format, headers),
             &options,
@@ -111,12 +111,12 @@ pub async fn net_page(
         };
         return page.respond(state, tail, table, &selection).await;
     };
-    let cursor = move |t: TableId, p: Position| {
+    let cursor = move |t: TableId, p: Position, out: &mut Vec<u8>| {
         NetPosition {
             range: range_id,
             consumed: p.consumed,
         }
-        .to_cursor(t)
+        .write_cursor(t, out)
     };
     let mut page = PageSink::new(
         Format::negotiate(query.format, headers),

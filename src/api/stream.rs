@@ -110,7 +110,7 @@ pub async fn stream_changes(
     let events = event_stream(start, waiter, timing, move |after| {
         let (state, table, selection) = (state.clone(), table.clone(), selection.clone());
         async move {
-            let cursor = |t: TableId, p: Position| p.to_cursor(t);
+            let cursor = |t: TableId, p: Position, out: &mut Vec<u8>| p.write_cursor(t, out);
             let mut sink = JsonSink::new(Framing::Sse, &options, &cursor, limit);
             let request = PageRequest {
                 after,

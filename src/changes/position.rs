@@ -103,15 +103,34 @@ impl NetPosition {
     pub fn to_cursor(self, table: TableId) -> String {
         encode(NET_VERSION, table, self.range, self.consumed)
     }
+
+    /// Appends [`Self::to_cursor`] to `out`.
+    pub fn write_cursor(self, table: TableId, out: &mut Vec<u8>) {
+        write_encoded(NET_VERSION, table, self.range, self.consumed, out);
+    }
 }
 
+/// Characters of an encoded cursor.
+pub const CURSOR_LEN: usize = ENCODED_LEN.div_ceil(3) * 4;
+
 fn encode(version: u8, table: TableId, a: i64, b: i64) -> String {
+    let mut out = Vec::with_capacity(CURSOR_LEN);
+    write_encoded(version, table, a, b, &mut out);
+    String::from_utf8(out).expect("base64 is ASCII")
+}
+
+/// Appends a cursor to `out` without allocating: pages write one per event.
+fn write_encoded(version: u8, table: TableId, a: i64, b: i64, out: &mut Vec<u8>) {
     let mut bytes = [0u8; ENCODED_LEN];
     bytes[0] = version;
     bytes[1..17].copy_from_slice(table.0.as_bytes());
     bytes[17..25].copy_from_slice(&a.to_be_bytes());
     bytes[25..33].copy_from_slice(&b.to_be_bytes());
-    URL_SAFE_NO_PAD.encode(bytes)
+    let mut text = [0u8; CURSOR_LEN];
+    let len = URL_SAFE_NO_PAD
+        .encode_slice(bytes, &mut text)
+        .expect("room for a cursor");
+    out.extend_from_slice(&text[..len]);
 }
 
 /// The version and the two numbers of a cursor of `table` of one of `versions`.
@@ -152,6 +171,11 @@ impl Position {
         encode(VERSION, table, self.ordinal, self.consumed)
     }
 
+    /// Appends [`Self::to_cursor`] to `out`.
+    pub fn write_cursor(self, table: TableId, out: &mut Vec<u8>) {
+        write_encoded(VERSION, table, self.ordinal, self.consumed, out);
+    }
+
     /// Decodes a cursor issued for `table`.
     pub fn from_cursor(cursor: &str, table: TableId) -> Result<Self, CursorError> {
         let (_, ordinal, consumed) = decode(cursor, table, &[VERSION])?;
@@ -188,6 +212,10 @@ mod tests {
                     .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
             );
             assert_eq!(Position::from_cursor(&cursor, table), Ok(pos));
+            assert_eq!(cursor.len(), CURSOR_LEN);
+            let mut out = b"id: ".to_vec();
+            pos.write_cursor(table, &mut out);
+            assert_eq!(out, [b"id: ", cursor.as_bytes()].concat());
         }
     }
 

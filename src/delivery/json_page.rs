@@ -14,6 +14,7 @@ use super::rendered::RenderedChunk;
 use crate::change::{Anomaly, Op};
 use crate::changes::Position;
 use crate::changes::json::{BoundRecord, JsonOptions, RecordEncoder, write_json_string};
+use crate::changes::position::CURSOR_LEN;
 use crate::store::{SegmentRecord, SourceTable, TableId};
 
 /// How events are separated in a page body.
@@ -27,11 +28,8 @@ pub enum Framing {
     Sse,
 }
 
-/// Bytes of a table feed's cursor.
-const CURSOR_BYTES: usize = 44;
-
-/// Turns an event's position in a table's feed into the cursor a consumer sees.
-pub type CursorFn<'a> = &'a (dyn Fn(TableId, Position) -> String + Sync);
+/// Appends the cursor a consumer sees of an event's position in a table's feed.
+pub type CursorFn<'a> = &'a (dyn Fn(TableId, Position, &mut Vec<u8>) + Sync);
 
 /// Appends events as canonical JSON to a body.
 pub struct JsonSink<'a> {
@@ -119,19 +117,24 @@ impl JsonSink<'_> {
     /// Starts an event at `position` of `table`: its framing and `{"position":"…`.
     /// Returns where the event's JSON object starts.
     fn open_event(&mut self, table: TableId, position: Position) -> usize {
-        let cursor = (self.cursor)(table, position);
         if self.framing == Framing::JsonArray && self.count > 0 {
             self.body.push(b',');
         }
         let out = &mut self.body;
+        let mut written = None;
         if self.framing == Framing::Sse {
             out.extend_from_slice(b"id: ");
-            out.extend_from_slice(cursor.as_bytes());
+            let at = out.len();
+            (self.cursor)(table, position, out);
+            written = Some(at..out.len());
             out.extend_from_slice(b"\nevent: change\ndata: ");
         }
         let start = out.len();
         out.extend_from_slice(b"{\"position\":\"");
-        out.extend_from_slice(cursor.as_bytes());
+        match written {
+            Some(cursor) => out.extend_from_within(cursor),
+            None => (self.cursor)(table, position, out),
+        }
         start
     }
 
@@ -202,7 +205,7 @@ impl RenderedSink for JsonSink<'_> {
         events: &[usize],
     ) {
         // Each event: its tail, and its framing and cursor (a subscription's is longer).
-        let framed = chunk.tail_bytes(events) + events.len() * (2 * CURSOR_BYTES + 48);
+        let framed = chunk.tail_bytes(events) + events.len() * (2 * CURSOR_LEN + 48);
         // Room for the rest of the page too, at these events' size, so that a page of
         // several chunks is not copied as it grows.
         let rest = self.limit.saturating_sub(self.count + events.len());

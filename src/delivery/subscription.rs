@@ -43,14 +43,15 @@ impl Positions {
         }
     }
 
-    /// The subscription cursor of `table` standing at `p` and every other table where
-    /// the page currently is.
-    pub fn cursor(&self, table: TableId, p: Position) -> String {
+    /// Appends the subscription cursor of `table` standing at `p` and every other table
+    /// where the page currently is.
+    pub fn write_cursor(&self, table: TableId, p: Position, out: &mut Vec<u8>) {
         let mut positions = self.current.lock().expect("positions").clone();
         if let Some(slot) = self.tables.iter().position(|t| *t == table) {
             positions[slot] = p;
         }
-        subscription_cursor::encode(self.subscription, &positions)
+        let cursor = subscription_cursor::encode(self.subscription, &positions);
+        out.extend_from_slice(cursor.as_bytes());
     }
 
     /// The positions now.

@@ -563,7 +563,7 @@ pub async fn get_subscription_events(
     let format = Format::negotiate(query.format, &headers);
     let ids: Vec<TableId> = loaded.tables.iter().map(|t| t.id).collect();
     let positions = Positions::new(loaded.subscription.id, ids.clone(), start.clone());
-    let cursor = |t: TableId, p: Position| positions.cursor(t, p);
+    let cursor = |t: TableId, p: Position, out: &mut Vec<u8>| positions.write_cursor(t, p, out);
     let (page, end) = state
         .notifier
         .long_poll(

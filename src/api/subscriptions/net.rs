@@ -65,16 +65,17 @@ pub async fn net_events(
             consumed: 0,
         }),
     ));
-    let cursor = |_: TableId, p: Position| {
+    let cursor = |_: TableId, p: Position, out: &mut Vec<u8>| {
         let (positions, at) = &*reading.lock().expect("net cursor state");
-        subscription_cursor::encode_net(
+        let cursor = subscription_cursor::encode_net(
             id,
             positions,
             NetAt {
                 consumed: p.consumed,
                 ..*at
             },
-        )
+        );
+        out.extend_from_slice(cursor.as_bytes());
     };
     let mut page = PageSink::new(
         Format::negotiate(query.format, headers),

@@ -95,7 +95,8 @@ pub async fn stream_subscription(
             );
             async move {
                 let positions = Positions::new(loaded.subscription.id, ids, after.clone());
-                let cursor = |t: TableId, p: Position| positions.cursor(t, p);
+                let cursor =
+                    |t: TableId, p: Position, out: &mut Vec<u8>| positions.write_cursor(t, p, out);
                 let mut sink = JsonSink::new(Framing::Sse, &options, &cursor, limit);
                 let end = state
                     .feed

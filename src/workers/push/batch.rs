@@ -350,7 +350,7 @@ impl BatchReader {
         };
         let ids: Vec<TableId> = self.tables.iter().map(|t| t.id).collect();
         let positions = Positions::new(self.id, ids, from.clone());
-        let cursor = |t: TableId, p: Position| positions.cursor(t, p);
+        let cursor = |t: TableId, p: Position, out: &mut Vec<u8>| positions.write_cursor(t, p, out);
         let limit = self.target.config.batch.max_documents;
         let options = Default::default();
         let mut sink = JsonSink::new(Framing::Ndjson, &options, &cursor, limit).with_spans();
