@@ -286,6 +286,50 @@ mod tests {
     }
 
     #[test]
+    fn nulls_are_alike_whatever_lies_under_them() {
+        use arrow::buffer::{NullBuffer, ScalarBuffer};
+        let ints = |values: Vec<i64>, valid: Option<Vec<bool>>| -> ArrayRef {
+            let nulls = valid.map(NullBuffer::from);
+            Arc::new(Int64Array::new(ScalarBuffer::from(values), nulls))
+        };
+        let run = |l: &ArrayRef, r, rt: &ArrayRef, a, n| column_run(l, r, rt, a, n).unwrap();
+        // Nulls equal nulls, whatever value the buffer holds under them.
+        let left = ints(vec![1, 5, 3], Some(vec![true, false, true]));
+        let right = ints(vec![1, 7, 3], Some(vec![true, false, true]));
+        assert_eq!(run(&left, 0, &right, 0, 3), 3);
+        // A null is not a value, even the one under it.
+        let valued = ints(vec![1, 5, 3], None);
+        assert_eq!(run(&left, 0, &valued, 0, 3), 1);
+        assert_eq!(run(&valued, 1, &left, 1, 2), 0);
+        // Long runs, from offsets on both sides.
+        let long: Vec<i64> = (0..300).collect();
+        let mut changed = long.clone();
+        changed[137] = -1;
+        let (long, changed) = (ints(long, None), ints(changed, None));
+        assert_eq!(run(&long, 0, &long, 0, 300), 300);
+        assert_eq!(run(&long, 0, &changed, 0, 300), 137);
+        assert_eq!(run(&long, 7, &changed, 7, 200), 130);
+        assert_eq!(run(&long, 137, &changed, 137, 5), 0);
+        assert_eq!(run(&long, 1, &long, 0, 10), 0);
+    }
+
+    #[test]
+    fn strings_are_equal_by_value_not_by_their_bytes_run_together() {
+        let strings = |v: &[Option<&str>]| -> ArrayRef { Arc::new(StringArray::from(v.to_vec())) };
+        let run = |l: &ArrayRef, r, rt: &ArrayRef, a, n| column_run(l, r, rt, a, n).unwrap();
+        let left = strings(&[Some("x"), Some("ab"), Some("c")]);
+        let right = strings(&[Some("x"), Some("a"), Some("bc")]);
+        assert_eq!(run(&left, 0, &right, 0, 3), 1);
+        let same = strings(&[Some("y"), Some("x"), Some("ab"), Some("c")]);
+        assert_eq!(run(&left, 0, &same, 1, 3), 3);
+        assert_eq!(run(&left, 1, &same, 2, 2), 2);
+        let nulls = strings(&[Some("x"), None, Some("c")]);
+        let empty = strings(&[Some("x"), Some(""), Some("c")]);
+        assert_eq!(run(&nulls, 0, &nulls, 0, 3), 3);
+        assert_eq!(run(&nulls, 0, &empty, 0, 3), 1);
+    }
+
+    #[test]
     fn sides_in_different_orders_are_given_up_on_and_left_unpaired() {
         let rows: Vec<(i64, Option<&str>, f64)> =
             (0..200).map(|i| (i, Some("same"), i as f64)).collect();
