@@ -382,7 +382,7 @@ pub(crate) async fn ensure_published(
     table: &SourceTable,
     p: Position,
 ) -> Result<(), ApiError> {
-    if !state.store.is_beyond_feed(table.id, p).await? {
+    if !state.feed.is_beyond(table, p).await? {
         return Ok(());
     }
     Err(ApiError::new(

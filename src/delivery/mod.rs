@@ -12,6 +12,7 @@ pub mod json_page;
 mod net;
 pub mod notify;
 pub mod opensearch;
+mod published;
 pub mod pull;
 pub mod push;
 pub mod rendered;

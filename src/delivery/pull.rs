@@ -13,6 +13,7 @@ use super::decoded::{self, DecodedCache, WINDOW_EVENTS};
 use super::error::FeedError;
 use super::events::{BatchHead, EventBatch, EventSink, RenderedSink, SchemaEntry};
 use super::json_page::{EventMeta, render_chunk};
+use super::published::PublishedCounts;
 use super::rendered::{self, CHUNK_EVENTS, ChunkKey, RenderedCache, RenderedChunk};
 use super::selection::{OpSet, Selection};
 use crate::change::Op;
@@ -169,6 +170,7 @@ pub struct Feed {
     /// Chunks being rendered ahead: a reader that would render one ahead again (the
     /// cache does not show them until they are rendered) leaves it to the task at it.
     ahead: Arc<Mutex<HashSet<ChunkKey>>>,
+    published: PublishedCounts,
 }
 
 impl Feed {
@@ -181,7 +183,13 @@ impl Feed {
             rendered: RenderedCache::new(rendered::CACHE_BYTES),
             decoded: DecodedCache::new(decoded::CACHE_BYTES),
             ahead: Default::default(),
+            published: Default::default(),
         }
+    }
+
+    /// Whether `p` lies beyond `table`'s published feed (see [`Store::is_beyond_feed`]).
+    pub async fn is_beyond(&self, table: &SourceTable, p: Position) -> Result<bool, FeedError> {
+        Ok(self.published.is_beyond(&self.store, table, p).await?)
     }
 
     /// The coordination store the feed reads its index from.

@@ -390,8 +390,13 @@ impl Store {
     /// Whether `p` lies beyond `table`'s feed: past the end of its change set, or inside
     /// one not published yet. The start of the next change set (where a caught-up
     /// reader stands) is not beyond, nor is a position in the pruned prefix (it is gone,
-    /// which [`Floor::is_gone`](super::Floor::is_gone) tells).
-    pub async fn is_beyond_feed(&self, table: TableId, p: Position) -> Result<bool, StoreError> {
+    /// which [`Floor::is_gone`](super::Floor::is_gone) tells). Also the events of change
+    /// set `p.ordinal`, if it is published and not pruned.
+    pub async fn is_beyond_feed(
+        &self,
+        table: TableId,
+        p: Position,
+    ) -> Result<(bool, Option<i64>), StoreError> {
         let row = sqlx::query!(
             "SELECT t.last_ordinal, t.pruned_through_ordinal, t.pruned_through_events, \
                     (SELECT event_count FROM change_sets WHERE table_id = $1 AND ordinal = $2) \
@@ -404,7 +409,7 @@ impl Store {
         .await?
         .ok_or(StoreError::NotFound)?;
         let floor = (row.pruned_through_ordinal, row.pruned_through_events);
-        Ok(beyond(p, row.last_ordinal, floor, row.count))
+        Ok((beyond(p, row.last_ordinal, floor, row.count), row.count))
     }
 
     /// The ordinal of the change set published for `snapshot_id` (the newest, for a
