@@ -17,10 +17,9 @@ use super::pages::{
 };
 use super::tables::load;
 use crate::api::problem::problems;
-use crate::changes::Position;
 use crate::delivery::PageRequest;
+use crate::delivery::json_page::feed_cursor;
 use crate::int64::Int64;
-use crate::store::TableId;
 
 const TAG: &str = "changes";
 
@@ -170,7 +169,6 @@ pub async fn get_changes(
     .await?;
     let options = query.longs.unwrap_or_default().options();
     let format = Format::negotiate(query.format, &headers);
-    let cursor = |t: TableId, p: Position, out: &mut Vec<u8>| p.write_cursor(t, out);
     let request = PageRequest {
         after,
         limit,
@@ -182,7 +180,7 @@ pub async fn get_changes(
             [table.id],
             wait,
             || async {
-                let mut page = PageSink::new(format, &options, &cursor, limit);
+                let mut page = PageSink::new(format, &options, &feed_cursor, limit);
                 let end = state.feed.read(&table, &request, page.sink()).await?;
                 Ok::<_, ApiError>((page, end))
             },

@@ -19,6 +19,7 @@ use super::pages::{PageQuery, ensure_published, ensure_retained, start_position}
 use crate::changelog::key_indexes;
 use crate::changes::{Cursor, NetPosition, Position};
 use crate::delivery::FeedError;
+use crate::delivery::json_page::feed_cursor;
 use crate::failure::{Failure, FailureCode};
 use crate::store::{NetRange, NetState, SourceTable, TableId, signalled_within};
 use crate::workers::net;
@@ -76,11 +77,10 @@ pub async fn net_page(
                     more,
                 };
                 let options = query.longs.unwrap_or_default().options();
-                let cursor = |t: TableId, p: Position, out: &mut Vec<u8>| p.write_cursor(t, out);
                 let page = PageSink::new(
                     Format::negotiate(query.format, headers),
                     &options,
-                    &cursor,
+                    &feed_cursor,
                     0,
                 );
                 return page.respond(state, tail, table, &selection).await;
@@ -98,11 +98,10 @@ pub async fn net_page(
     };
     let Some(event_count) = wait_for(state, range.clone(), wait).await? else {
         // Still being computed: an empty page whose cursor holds the range.
-        let cursor = |t: TableId, p: Position, out: &mut Vec<u8>| p.write_cursor(t, out);
         let page = PageSink::new(
             Format::negotiate(query.format, headers),
             &options,
-            &cursor,
+            &feed_cursor,
             0,
         );
         let tail = PageTail {

@@ -22,9 +22,8 @@ use super::pages::{Longs, page_limit, selection};
 use super::pages::{ensure_retained, start_position};
 use super::tables::load;
 use crate::api::problem::problems;
-use crate::changes::Position;
+use crate::delivery::json_page::feed_cursor;
 use crate::delivery::{Framing, JsonSink, PageRequest, StreamPage, StreamTiming, event_stream};
-use crate::store::TableId;
 
 /// The media type of server-sent events.
 pub const EVENT_STREAM: &str = "text/event-stream";
@@ -110,8 +109,7 @@ pub async fn stream_changes(
     let events = event_stream(start, waiter, timing, move |after| {
         let (state, table, selection) = (state.clone(), table.clone(), selection.clone());
         async move {
-            let cursor = |t: TableId, p: Position, out: &mut Vec<u8>| p.write_cursor(t, out);
-            let mut sink = JsonSink::new(Framing::Sse, &options, &cursor, limit);
+            let mut sink = JsonSink::new(Framing::Sse, &options, &feed_cursor, limit);
             let request = PageRequest {
                 after,
                 limit,

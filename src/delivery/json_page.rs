@@ -31,6 +31,11 @@ pub enum Framing {
 /// Appends the cursor a consumer sees of an event's position in a table's feed.
 pub type CursorFn<'a> = &'a (dyn Fn(TableId, Position, &mut Vec<u8>) + Sync);
 
+/// The [`CursorFn`] of a table's own feed: the position's cursor.
+pub fn feed_cursor(table: TableId, position: Position, out: &mut Vec<u8>) {
+    position.write_cursor(table, out);
+}
+
 /// Appends events as canonical JSON to a body.
 pub struct JsonSink<'a> {
     body: Vec<u8>,
