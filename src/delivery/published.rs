@@ -9,25 +9,31 @@
 //! Must not reach: `api`, `workers`
 //! (delivery renders and sends; the HTTP layer and workers call it).
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-
 use chrono::{DateTime, Utc};
+use moka::future::Cache;
 
 use crate::changes::Position;
 use crate::store::{SourceTable, Store, StoreError, TableId};
 
-/// Change sets whose counts a node keeps; emptied when full.
-const MAX_ENTRIES: usize = 1 << 16;
+/// Change sets whose counts a node keeps at most.
+const MAX_ENTRIES: u64 = 1 << 16;
 
 /// A change set of one registration of a table (a table registered anew under the same
 /// id, as after restoring the database, starts over).
 type ChangeSetOf = (TableId, DateTime<Utc>, i64);
 
 /// Event counts of published change sets; cheap to clone.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct PublishedCounts {
-    counts: Arc<Mutex<HashMap<ChangeSetOf, i64>>>,
+    counts: Cache<ChangeSetOf, i64>,
+}
+
+impl Default for PublishedCounts {
+    fn default() -> Self {
+        Self {
+            counts: Cache::new(MAX_ENTRIES),
+        }
+    }
 }
 
 impl PublishedCounts {
@@ -40,22 +46,14 @@ impl PublishedCounts {
         p: Position,
     ) -> Result<bool, StoreError> {
         let key = (table.id, table.created_at, p.ordinal);
-        let known = self
-            .counts
-            .lock()
-            .expect("published counts")
-            .get(&key)
-            .copied();
-        if known.is_some_and(|count| p.consumed <= count) {
+        if let Some(count) = self.counts.get(&key).await
+            && p.consumed <= count
+        {
             return Ok(false);
         }
         let (beyond, count) = store.is_beyond_feed(table.id, p).await?;
         if let Some(count) = count {
-            let mut counts = self.counts.lock().expect("published counts");
-            if counts.len() >= MAX_ENTRIES {
-                counts.clear();
-            }
-            counts.insert(key, count);
+            self.counts.insert(key, count).await;
         }
         Ok(beyond)
     }
