@@ -101,9 +101,8 @@ pub fn copied_in_order(
     Ok(copied)
 }
 
-/// Rows compared at once while the sides stay in step. Only the first column compares
-/// them all: each column after it compares just the run the columns before it found
-/// equal, so a window past the next difference costs little.
+/// Rows compared at once while the sides stay in step; a window past the next difference
+/// costs little (see [`equal_run`]).
 const WINDOW: usize = 2048;
 
 /// How many of the `n` rows from `r` of `removed` and from `a` of `added` are equal to
