@@ -267,6 +267,10 @@ pub struct SchedulerSettings {
     /// Memory one map task may use. A partition group whose decoded rows would not fit is
     /// streamed and spilled to the change store in parts that do (see the README).
     pub map_memory_bytes: u64,
+    /// Rewrites whose removed and added files hold fewer stored bytes than this are
+    /// computed in memory by the node that plans them (about ten times this much), without
+    /// the shuffle's tasks; 0 shuffles every rewrite.
+    pub shuffle_from_bytes: u64,
     /// Map and reduce tasks one node runs at the same time.
     pub task_workers: usize,
     /// Attempts before a failing task stops its table.
@@ -305,6 +309,7 @@ impl Default for SchedulerSettings {
             shuffle_buckets: 64,
             reduce_target_bytes: 64 << 20,
             map_memory_bytes: 256 << 20,
+            shuffle_from_bytes: 8 << 20,
             task_workers: 2,
             max_task_attempts: 3,
         }

@@ -104,6 +104,13 @@ pub const SPILLED_PARTITIONS: Metric = counter(
     Count,
     "Spill partitions of map tasks whose input exceeded scheduler.map_memory_bytes",
 );
+pub const REWRITES: Metric = counter(
+    "icefeed_rewrites_total",
+    Count,
+    "Snapshots that removed data files, by how their changes were computed: in_place (in \
+     memory where planned, under scheduler.shuffle_from_bytes) or shuffled (map and \
+     reduce tasks)",
+);
 pub const INSERT_BYTES_COPIED: Metric = counter(
     "icefeed_insert_bytes_copied_total",
     Bytes,
@@ -242,6 +249,7 @@ pub const ALL: &[Metric] = &[
     TASK_FAILURES,
     TASK_DURATION,
     SPILLED_PARTITIONS,
+    REWRITES,
     INSERT_BYTES_COPIED,
     RESURRECTED_ROWS,
     DELETE_ANOMALIES,

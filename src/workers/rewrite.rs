@@ -3,19 +3,24 @@
 //! Must not reach: `api`, `delivery`.
 
 use iceberg::spec::SchemaRef;
+use iceberg::table::Table;
 use tokio_util::sync::CancellationToken;
 
-use super::shuffle::{Shuffle, ShuffleOutcome};
+use super::shuffle::{InPlace, Shuffle, ShuffleOutcome};
 use super::sync_error::SyncError;
 use crate::changelog::FileRows;
-use crate::changes::ChangeSetKey;
+use crate::changes::{ChangeSetKey, ChangeStore};
 use crate::config::SchedulerSettings;
 use crate::failure::FailureCode;
 use crate::store::Store;
+use crate::telemetry::metric;
 
 /// One change set of removed and added rows to compute.
 pub struct Rewrite<'a> {
     pub store: &'a Store,
+    pub changes: &'a ChangeStore,
+    /// The table, read here when the rewrite is computed in place.
+    pub iceberg: &'a Table,
     /// The change set computed.
     pub change_set: ChangeSetKey,
     /// A compaction (`replace`) snapshot: its rows must not differ.
@@ -36,17 +41,24 @@ impl Rewrite<'_> {
         added: Vec<FileRows>,
     ) -> Result<ShuffleOutcome, SyncError> {
         let snapshot_id = self.change_set.snapshot_id;
-        let shuffle = Shuffle {
-            store: self.store,
-            change_set: self.change_set,
-            schema_id: self.schema.schema_id(),
-            key: self.key.clone(),
-            buckets: self.settings.shuffle_buckets,
-            reduce_target_bytes: self.settings.reduce_target_bytes,
-            map_memory_bytes: self.settings.map_memory_bytes,
-            stop: self.stop,
+        let stored: u64 = removed.iter().chain(&added).map(|f| f.size).sum();
+        let outcome = if stored < self.settings.shuffle_from_bytes {
+            metrics::counter!(metric::REWRITES.name, "how" => "in_place").increment(1);
+            self.in_place(removed, added).await?
+        } else {
+            metrics::counter!(metric::REWRITES.name, "how" => "shuffled").increment(1);
+            let shuffle = Shuffle {
+                store: self.store,
+                change_set: self.change_set,
+                schema_id: self.schema.schema_id(),
+                key: self.key.clone(),
+                buckets: self.settings.shuffle_buckets,
+                reduce_target_bytes: self.settings.reduce_target_bytes,
+                map_memory_bytes: self.settings.map_memory_bytes,
+                stop: self.stop,
+            };
+            shuffle.run(removed, added).await?
         };
-        let outcome = shuffle.run(removed, added).await?;
         if self.compaction && outcome.deleted + outcome.inserted > 0 {
             self.store.delete_change_set_tasks(&self.change_set).await?;
             return Err(SyncError::unpublishable(
@@ -60,5 +72,23 @@ impl Rewrite<'_> {
             ));
         }
         Ok(outcome)
+    }
+
+    /// Computes a small rewrite here, in memory (see `shuffle::in_place`).
+    async fn in_place(
+        &self,
+        removed: Vec<FileRows>,
+        added: Vec<FileRows>,
+    ) -> Result<ShuffleOutcome, SyncError> {
+        let in_place = InPlace {
+            iceberg: self.iceberg,
+            schema_id: self.schema.schema_id(),
+            file_concurrency: self.settings.file_concurrency,
+            changes: self.changes,
+            change_set: self.change_set,
+            key: &self.key,
+            parallelism: self.settings.task_workers,
+        };
+        in_place.run(removed, added).await
     }
 }

@@ -243,6 +243,8 @@ impl TableSync<'_> {
             SnapshotPlan::Rewrite { removed, added } => {
                 let rewrite = Rewrite {
                     store: self.store,
+                    changes: self.changes,
+                    iceberg,
                     change_set: stored_as,
                     compaction: matches!(kind, Kind::Snapshot) && operation == "replace",
                     schema,

@@ -7,6 +7,7 @@ use arrow::array::RecordBatch;
 use futures::{StreamExt, TryStreamExt};
 use iceberg::io::FileIO;
 use iceberg::spec::SchemaRef;
+use iceberg::table::Table;
 
 use crate::catalog::{CatalogCache, CatalogConfig, CatalogError, StorageFault, parse_ident};
 use crate::change::{table_columns, table_width};
@@ -92,6 +93,8 @@ pub struct Opened {
     pub file_io: FileIO,
     pub read: ReadSchema,
     pub schema: SchemaRef,
+    /// Files read at the same time (`scheduler.file_concurrency`).
+    pub concurrency: usize,
 }
 
 /// What tasks need to run.
@@ -129,6 +132,19 @@ impl TaskContext {
             .load_table(&config, &ident)
             .await
             .map_err(TaskError::catalog)?;
+        Opened::new(&iceberg, schema_id, lineage, self.file_concurrency)
+    }
+}
+
+impl Opened {
+    /// `iceberg` to be read under its schema `schema_id` (with the row lineage columns
+    /// if `lineage`), `concurrency` files at a time.
+    pub fn new(
+        iceberg: &Table,
+        schema_id: i32,
+        lineage: bool,
+        concurrency: usize,
+    ) -> Result<Self, TaskError> {
         let schema = iceberg
             .metadata()
             .schema_by_id(schema_id)
@@ -146,29 +162,26 @@ impl TaskContext {
             file_io: iceberg.file_io().clone(),
             read,
             schema,
+            concurrency,
         })
     }
 
     /// Reads the rows of data files concurrently: the batches of each, in file order.
     pub async fn read_each_file(
         &self,
-        opened: &Opened,
         files: &[FileRows],
         deletes: &DeleteCache,
     ) -> Result<Vec<Vec<RecordBatch>>, TaskError> {
         let reads: Vec<_> = files
             .iter()
-            .map(|rows| {
-                let (file_io, read) = (opened.file_io.clone(), opened.read.clone());
-                async move {
-                    read_data_file(&file_io, rows, &read, deletes)
-                        .await
-                        .map_err(TaskError::reading)
-                }
+            .map(|rows| async move {
+                read_data_file(&self.file_io, rows, &self.read, deletes)
+                    .await
+                    .map_err(TaskError::reading)
             })
             .collect();
         futures::stream::iter(reads)
-            .buffered(self.file_concurrency)
+            .buffered(self.concurrency)
             .try_collect()
             .await
     }

@@ -23,7 +23,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::diffing::change;
-use crate::support::{Node, fresh_database, id_json, id64, image, test_settings, wait_until};
+use crate::support::{
+    Node, fresh_database, id_json, id64, image, in_place, test_settings, wait_until,
+};
 
 // ---------------------------------------------------------------------------------------
 // The cases
@@ -1166,6 +1168,17 @@ async fn m9_regained_rows_are_flagged_when_map_tasks_spill() {
     let mut settings = test_settings(&fresh_database().await, store.path());
     settings.scheduler.map_memory_bytes = 4096;
     icefeed_publishes_on("M9", settings).await;
+}
+
+/// Every case again on nodes that compute rewrites in place (as small ones are by
+/// default), not through the shuffle's tasks: the same change sets.
+#[tokio::test]
+async fn every_case_computed_in_place_publishes_alike() {
+    for case in cases() {
+        let store = tempfile::tempdir().unwrap();
+        let settings = in_place(test_settings(&fresh_database().await, store.path()));
+        icefeed_publishes_on(case.id, settings).await;
+    }
 }
 
 macro_rules! icefeed_cases {

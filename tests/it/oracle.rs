@@ -31,7 +31,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 
 use crate::diffing::{change, compare_feed, diff, parse_seeds, seeds_in};
-use crate::support::{Node, Warehouse, fresh_database, test_settings};
+use crate::support::{Node, Warehouse, counter, fresh_database, in_place, test_settings};
 
 /// Seeds run when `ICEFEED_ORACLE_SEEDS` is unset: two of each table shape.
 const DEFAULT_SEEDS: std::ops::RangeInclusive<u64> = 1..=8;
@@ -621,6 +621,30 @@ async fn oracle_random_histories_match_icefeed_when_map_tasks_spill() {
     node.shutdown().await;
 }
 
+/// Every seed and the keyed hand-made histories on a node that computes every rewrite
+/// in place, as small ones are by default, rather than through the shuffle's tasks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn oracle_histories_match_icefeed_computed_in_place() {
+    let store = tempfile::tempdir().unwrap();
+    let settings = in_place(test_settings(&fresh_database().await, store.path()));
+    let node = Node::start(settings).await;
+    let in_place_before = counter(&node, IN_PLACE).await;
+    let wh = Warehouse::new().await;
+    check_random_histories(&wh, &seeds(), &node).await;
+    for model in [keyed_history(&wh).await.0, duplicates_history(&wh).await.0] {
+        let expected = oracle(&model).await;
+        let id = register(&node, &wh, &model).await;
+        compare(&node, &id, &model, &expected).await;
+    }
+    let computed = counter(&node, IN_PLACE).await - in_place_before;
+    eprintln!("oracle: {computed} rewrites computed in place");
+    assert!(computed > 0, "no rewrite was computed in place");
+    node.shutdown().await;
+}
+
+/// The series of rewrites computed in place.
+const IN_PLACE: &str = "icefeed_rewrites_total{how=\"in_place\"}";
+
 /// A few seeds with the tables' files and the change store on S3 (the SeaweedFS server):
 /// `ICEFEED_ORACLE_S3_SEEDS`, by default the first four of `ICEFEED_ORACLE_SEEDS`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -647,14 +671,9 @@ async fn oracle_random_histories_on_gcs_match_icefeed() {
     node.shutdown().await;
 }
 
-/// `icefeed_shuffle_spilled_partitions_total` (process-wide: nodes of this test binary
-/// share the recorder, and only the test above spills).
+/// `icefeed_shuffle_spilled_partitions_total`: only the test above spills.
 async fn spilled_partitions(node: &Node) -> u64 {
-    let text = node.get_text("/metrics").await;
-    text.lines()
-        .filter(|l| l.starts_with("icefeed_shuffle_spilled_partitions_total"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
+    counter(node, "icefeed_shuffle_spilled_partitions_total").await
 }
 
 /// Generates `seeds`' histories, registers them with `node` and compares every change

@@ -58,7 +58,10 @@ pub fn test_settings(database_url: &str, change_store: &Path) -> Settings {
     s.scheduler.tick = Duration::from_millis(50);
     s.scheduler.lease_ttl = Duration::from_secs(5);
     s.scheduler.default_poll_interval = Duration::from_millis(200);
-    // Small shuffles still spread over several buckets and reduce tasks.
+    // Every rewrite goes through the shuffle's tasks, however small (tests of rewrites
+    // computed in place say so: `in_place`), and small shuffles still spread over
+    // several buckets and reduce tasks.
+    s.scheduler.shuffle_from_bytes = 0;
     s.scheduler.shuffle_buckets = 8;
     s.scheduler.reduce_target_bytes = 4096;
     s.api.shutdown_grace = Duration::from_secs(5);
@@ -71,6 +74,24 @@ pub fn test_settings(database_url: &str, change_store: &Path) -> Settings {
     // The test servers (catalogs, object stores, OpenSearch) listen on loopback.
     s.network.allowed_hosts = LOOPBACK.iter().map(|h| h.to_string()).collect();
     s
+}
+
+/// `settings` for a node that computes every rewrite in place, in memory where it is
+/// planned, without the shuffle's tasks.
+pub fn in_place(mut settings: Settings) -> Settings {
+    settings.scheduler.shuffle_from_bytes = u64::MAX;
+    settings
+}
+
+/// The sum of a counter's series that start with `series` (a name, or a name and its
+/// first labels) on `node`'s `/metrics`: process-wide, nodes of this test binary share
+/// the recorder.
+pub async fn counter(node: &Node, series: &str) -> u64 {
+    let text = node.get_text("/metrics").await;
+    text.lines()
+        .filter(|l| l.starts_with(series))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
 }
 
 /// The hosts of the test servers, which `network.allowed_hosts` lists for test nodes.

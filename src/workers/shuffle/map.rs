@@ -9,7 +9,7 @@ use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::Int64Type;
 use arrow::datatypes::SchemaRef;
 use arrow::row::{RowConverter, SortField};
-use futures::{StreamExt, TryStreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 
 use super::files::{DELETED, INSERTED, Partitioned, REGAINED, shuffled_schema, with_sides};
 use super::{MapResult, MapTask, estimated_memory, spill};
@@ -17,50 +17,23 @@ use crate::change::{Survivors, has_lineage, table_width};
 use crate::changelog::DeleteCache;
 use crate::changelog::carryover::cancel_carryover;
 use crate::store::ClaimedTask;
-use crate::workers::task_context::{TaskContext, TaskError};
+use crate::workers::task_context::{Opened, TaskContext, TaskError};
 
 /// Runs a map task.
 pub async fn run_map(
     ctx: &TaskContext,
     task: &ClaimedTask,
-    mut map: MapTask,
+    map: MapTask,
 ) -> Result<MapResult, TaskError> {
     let opened = ctx.open(task.table_id, map.schema_id, map.lineage).await?;
     let schema = opened.read.batch_schema();
     let budget = ctx.map_memory_bytes;
     let mut out = Buckets::new(ctx, task, &schema, &map, budget)?;
     let spilled_partitions = if estimated_memory(map.input_bytes) <= budget {
-        let deletes = DeleteCache::default();
-        // A group is read while the one before it is cancelled: decoding and comparing
-        // overlap, and memory holds two groups, not the task's every file.
-        let (removed, added) = (
-            std::mem::take(&mut map.removed),
-            std::mem::take(&mut map.added),
-        );
-        let mut groups = futures::stream::iter(map.split_groups(removed, added))
-            .map(|(removed, added)| {
-                let (opened, deletes) = (&opened, &deletes);
-                async move {
-                    let (removed_rows, added_rows) = futures::try_join!(
-                        ctx.read_each_file(opened, &removed, deletes),
-                        ctx.read_each_file(opened, &added, deletes)
-                    )?;
-                    Ok::<_, TaskError>((removed_rows, added, added_rows))
-                }
-            })
-            .buffered(2);
-        while let Some((removed, files, added)) = groups.try_next().await? {
-            let (mut batches, mut regained) = (Vec::new(), Vec::new());
-            for (file, rows) in files.iter().zip(added) {
-                let regains = file.regains_rows();
-                if regains {
-                    out.resurrected += rows.iter().map(|b| b.num_rows() as i64).sum::<i64>();
-                }
-                regained.extend(std::iter::repeat_n(regains, rows.len()));
-                batches.extend(rows);
-            }
-            out.push(cancel(&schema, removed.concat(), batches, regained).await?)
-                .await?;
+        let mut groups = std::pin::pin!(cancel_groups(&opened, map));
+        while let Some(group) = groups.try_next().await? {
+            out.resurrected += group.resurrected;
+            out.push(group.survivors).await?;
         }
         0
     } else {
@@ -70,6 +43,55 @@ pub async fn run_map(
         spilled_partitions,
         ..out.finish().await?
     })
+}
+
+/// What cancelling carryover left of one partition group.
+pub(super) struct CancelledGroup {
+    pub survivors: Survivors,
+    /// Rows read from files that regained them.
+    pub resurrected: i64,
+}
+
+/// Cancels carryover in memory, partition group by group: each group's survivors, in
+/// order.
+pub(super) fn cancel_groups(
+    opened: &Opened,
+    mut map: MapTask,
+) -> impl Stream<Item = Result<CancelledGroup, TaskError>> + '_ {
+    let schema = opened.read.batch_schema();
+    let deletes = DeleteCache::default();
+    // Two groups are in flight: one is read while the other is cancelled, or both are
+    // cancelled on two threads; memory holds two groups, not the task's every file.
+    let (removed, added) = (
+        std::mem::take(&mut map.removed),
+        std::mem::take(&mut map.added),
+    );
+    futures::stream::iter(map.split_groups(removed, added))
+        .map(move |(removed, files)| {
+            let (deletes, schema) = (deletes.clone(), schema.clone());
+            async move {
+                let (removed, added) = futures::try_join!(
+                    opened.read_each_file(&removed, &deletes),
+                    opened.read_each_file(&files, &deletes)
+                )?;
+                let (mut batches, mut regained) = (Vec::new(), Vec::new());
+                let mut resurrected = 0;
+                for (file, rows) in files.iter().zip(added) {
+                    let regains = file.regains_rows();
+                    if regains {
+                        resurrected += rows.iter().map(|b| b.num_rows() as i64).sum::<i64>();
+                    }
+                    regained.extend(std::iter::repeat_n(regains, rows.len()));
+                    batches.extend(rows);
+                }
+                let survivors = cancel(&schema, removed.concat(), batches, regained).await?;
+                Ok(CancelledGroup {
+                    survivors,
+                    resurrected,
+                })
+            }
+        })
+        .buffered(2)
 }
 
 /// Cancels carryover off the async workers: it is CPU work on up to a budget of rows.

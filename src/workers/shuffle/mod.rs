@@ -6,6 +6,7 @@
 //! Must not reach: `api`, `delivery`.
 
 pub(crate) mod files;
+mod in_place;
 mod map;
 mod reduce;
 mod spill;
@@ -16,6 +17,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+pub use in_place::InPlace;
 pub use map::run_map;
 pub(crate) use map::{bucket_rows, hashed_columns, key_converter};
 pub use reduce::run_reduce;
@@ -50,6 +52,14 @@ pub struct MapTask {
 }
 
 impl MapTask {
+    /// Takes over the partition groups of `other`, after its own.
+    pub(crate) fn absorb(&mut self, other: MapTask) {
+        self.removed.extend(other.removed);
+        self.added.extend(other.added);
+        self.input_bytes += other.input_bytes;
+        self.groups.extend(other.groups);
+    }
+
     /// The files' contents (one item per file, in file order) split into the task's
     /// partition groups: (removed, added) per group.
     pub fn split_groups<R, A>(&self, removed: Vec<R>, added: Vec<A>) -> Vec<(Vec<R>, Vec<A>)> {
@@ -169,10 +179,8 @@ impl Shuffle<'_> {
     ) -> Result<ShuffleOutcome, SyncError> {
         let stored = removed.iter().chain(&added).map(|f| f.size).sum();
         let buckets = bucket_count(self.buckets, stored, self.reduce_target_bytes);
-        let mut groups: BTreeMap<String, MapTask> = BTreeMap::new();
-        // The planner gives every file of a v3 table its lineage.
-        let lineage = removed.iter().chain(&added).any(|f| f.lineage.is_some());
-        let task = || MapTask {
+        let lineage = has_lineage(&removed, &added);
+        let groups = partition_groups(removed, added, || MapTask {
             schema_id: self.schema_id,
             removed: Vec::new(),
             added: Vec::new(),
@@ -181,24 +189,7 @@ impl Shuffle<'_> {
             buckets,
             lineage,
             groups: Vec::new(),
-        };
-        for (f, is_removed) in removed
-            .into_iter()
-            .map(|f| (f, true))
-            .chain(added.into_iter().map(|f| (f, false)))
-        {
-            let group = groups.entry(f.group.clone()).or_insert_with(task);
-            group.input_bytes += f.size;
-            let side = if is_removed {
-                &mut group.removed
-            } else {
-                &mut group.added
-            };
-            side.push(f);
-        }
-        for group in groups.values_mut() {
-            group.groups = vec![(group.removed.len(), group.added.len())];
-        }
+        });
         let maps: Vec<(String, serde_json::Value)> = pack(groups, self.map_memory_bytes)
             .into_iter()
             .enumerate()
@@ -278,13 +269,7 @@ impl Shuffle<'_> {
             if let Some(failure) = progress.failed {
                 self.store.delete_change_set_tasks(&self.change_set).await?;
                 let TaskFailure { failure, permanent } = failure;
-                let stopped =
-                    SyncError::unpublishable(self.change_set.snapshot_id, failure.code, failure);
-                return Err(if permanent {
-                    stopped
-                } else {
-                    stopped.retried()
-                });
+                return Err(stopped(self.change_set.snapshot_id, failure, permanent));
             }
             if progress.done == progress.planned {
                 // Results are read once, when every task is done.
@@ -306,6 +291,17 @@ impl Shuffle<'_> {
                 _ = signalled_within(&mut settled, SETTLED_BACKSTOP) => {}
             }
         }
+    }
+}
+
+/// How a failure to compute snapshot `snapshot_id` stops its sync: a permanent one stops
+/// the table with it, a passing one is retried with the table's backoff.
+fn stopped(snapshot_id: i64, failure: Failure, permanent: bool) -> SyncError {
+    let stopped = SyncError::unpublishable(snapshot_id, failure.code, failure);
+    if permanent {
+        stopped
+    } else {
+        stopped.retried()
     }
 }
 
@@ -339,15 +335,46 @@ fn pack(groups: BTreeMap<String, MapTask>, memory: u64) -> Vec<MapTask> {
     for group in groups.into_values() {
         match tasks.last_mut() {
             Some(last) if estimated_memory(last.input_bytes + group.input_bytes) <= target => {
-                last.removed.extend(group.removed);
-                last.added.extend(group.added);
-                last.input_bytes += group.input_bytes;
-                last.groups.extend(group.groups);
+                last.absorb(group)
             }
             _ => tasks.push(group),
         }
     }
     tasks
+}
+
+/// Whether the rows are read with their lineage: the planner gives every file of a v3
+/// table its lineage.
+pub(crate) fn has_lineage(removed: &[FileRows], added: &[FileRows]) -> bool {
+    removed.iter().chain(added).any(|f| f.lineage.is_some())
+}
+
+/// The files of a rewrite by partition group (within which carryover is complete), each
+/// group a map task made by `task` holding that group's files.
+pub(crate) fn partition_groups(
+    removed: Vec<FileRows>,
+    added: Vec<FileRows>,
+    task: impl Fn() -> MapTask,
+) -> BTreeMap<String, MapTask> {
+    let mut groups: BTreeMap<String, MapTask> = BTreeMap::new();
+    for (f, is_removed) in removed
+        .into_iter()
+        .map(|f| (f, true))
+        .chain(added.into_iter().map(|f| (f, false)))
+    {
+        let group = groups.entry(f.group.clone()).or_insert_with(&task);
+        group.input_bytes += f.size;
+        let side = if is_removed {
+            &mut group.removed
+        } else {
+            &mut group.added
+        };
+        side.push(f);
+    }
+    for group in groups.values_mut() {
+        group.groups = vec![(group.removed.len(), group.added.len())];
+    }
+    groups
 }
 
 /// More buckets than this would mostly add per-part overhead.

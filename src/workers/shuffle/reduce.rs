@@ -6,7 +6,7 @@ use arrow::compute::concat_batches;
 
 use super::files::{read_parts, split_sides};
 use super::{ReduceResult, ReduceTask};
-use crate::change::Survivors;
+use crate::change::{ChangeRow, Survivors};
 use crate::changelog::carryover::{PairError, pair};
 use crate::changes::ShuffleKey;
 use crate::changes::writer::encode_changes;
@@ -72,7 +72,22 @@ fn encode(
     key: &[usize],
     table_schema: &iceberg::spec::SchemaRef,
 ) -> Result<Option<(bytes::Bytes, i64)>, TaskError> {
-    let changes = pair(survivors, key).map_err(|e| match e {
+    let changes = pair_by_key(survivors, key, table_schema)?;
+    if changes.is_empty() {
+        return Ok(None);
+    }
+    let bytes = encode_changes(survivors, &changes).map_err(TaskError::compute)?;
+    Ok(Some((bytes, changes.len() as i64)))
+}
+
+/// The changes `survivors` pair into by `key`; two rows of one side with the same key
+/// stop the table (`table_schema` renders the key for the message).
+pub(super) fn pair_by_key(
+    survivors: &Survivors,
+    key: &[usize],
+    table_schema: &iceberg::spec::SchemaRef,
+) -> Result<Vec<ChangeRow>, TaskError> {
+    pair(survivors, key).map_err(|e| match e {
         PairError::DuplicateKey(d) => {
             let batch = if d.side == "deleted" {
                 &survivors.deleted
@@ -89,10 +104,5 @@ fn encode(
             ))
         }
         PairError::Arrow(e) => TaskError::compute(e),
-    })?;
-    if changes.is_empty() {
-        return Ok(None);
-    }
-    let bytes = encode_changes(survivors, &changes).map_err(TaskError::compute)?;
-    Ok(Some((bytes, changes.len() as i64)))
+    })
 }
