@@ -52,6 +52,8 @@ pub(crate) fn spawn_node_with(
         .env("ICEFEED_NODE_ID", name)
         .env("ICEFEED_SCHEDULER__TICK", "50ms")
         .env("ICEFEED_SCHEDULER__LEASE_TTL", "3s")
+        // Every rewrite goes through the shuffle's tasks, as on `test_settings` nodes.
+        .env("ICEFEED_SCHEDULER__SHUFFLE_FROM_BYTES", "0")
         .env("RUST_LOG", "info")
         .envs(env.iter().copied())
         .stdout(Stdio::piped())
@@ -62,6 +64,17 @@ pub(crate) fn spawn_node_with(
         child,
         base: format!("http://127.0.0.1:{port}"),
         name: name.to_string(),
+    }
+}
+
+/// A test that fails leaves no node behind, holding database connections the tests
+/// after it need.
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
     }
 }
 
