@@ -268,8 +268,9 @@ pub struct SchedulerSettings {
     /// streamed and spilled to the change store in parts that do (see the README).
     pub map_memory_bytes: u64,
     /// Rewrites whose removed and added files hold fewer stored bytes than this are
-    /// computed in memory by the node that plans them (about ten times this much), without
-    /// the shuffle's tasks; 0 shuffles every rewrite.
+    /// computed in memory by the node that plans them (about ten times this much, and
+    /// only if that fits `map_memory_bytes`), without the shuffle's tasks; 0 shuffles
+    /// every rewrite.
     pub shuffle_from_bytes: u64,
     /// Map and reduce tasks one node runs at the same time.
     pub task_workers: usize,

@@ -6,7 +6,7 @@ use iceberg::spec::SchemaRef;
 use iceberg::table::Table;
 use tokio_util::sync::CancellationToken;
 
-use super::shuffle::{InPlace, Shuffle, ShuffleOutcome};
+use super::shuffle::{InPlace, Shuffle, ShuffleOutcome, estimated_memory};
 use super::sync_error::SyncError;
 use crate::changelog::FileRows;
 use crate::changes::{ChangeSetKey, ChangeStore};
@@ -42,7 +42,7 @@ impl Rewrite<'_> {
     ) -> Result<ShuffleOutcome, SyncError> {
         let snapshot_id = self.change_set.snapshot_id;
         let stored: u64 = removed.iter().chain(&added).map(|f| f.size).sum();
-        let outcome = if stored < self.settings.shuffle_from_bytes {
+        let outcome = if computed_in_place(stored, self.settings) {
             metrics::counter!(metric::REWRITES.name, "how" => "in_place").increment(1);
             self.in_place(removed, added).await?
         } else {
@@ -90,5 +90,30 @@ impl Rewrite<'_> {
             parallelism: self.settings.task_workers,
         };
         in_place.run(removed, added).await
+    }
+}
+
+/// Whether a rewrite of files holding `stored` bytes is computed in place: under
+/// `shuffle_from_bytes`, and never with more in memory than one map task may hold.
+fn computed_in_place(stored: u64, settings: &SchedulerSettings) -> bool {
+    stored < settings.shuffle_from_bytes && estimated_memory(stored) <= settings.map_memory_bytes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_rewrites_are_computed_in_place_within_a_map_tasks_memory() {
+        let mut settings = SchedulerSettings::default();
+        assert!(computed_in_place(1 << 20, &settings));
+        assert!(!computed_in_place(settings.shuffle_from_bytes, &settings));
+        settings.shuffle_from_bytes = 0;
+        assert!(!computed_in_place(1, &settings), "0 shuffles every rewrite");
+        // However high the threshold, what would not fit a map task is shuffled.
+        settings.shuffle_from_bytes = u64::MAX;
+        assert!(computed_in_place(16 << 20, &settings));
+        assert!(!computed_in_place(64 << 20, &settings));
+        assert!(!computed_in_place(u64::MAX - 1, &settings));
     }
 }

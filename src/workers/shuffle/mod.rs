@@ -314,7 +314,7 @@ const SETTLED_BACKSTOP: Duration = Duration::from_millis(500);
 const DECODED_PER_STORED_BYTE: u64 = 10;
 
 /// Memory a map task over `stored` bytes of files needs to cancel carryover in memory.
-fn estimated_memory(stored: u64) -> u64 {
+pub(crate) fn estimated_memory(stored: u64) -> u64 {
     stored.saturating_mul(DECODED_PER_STORED_BYTE)
 }
 
