@@ -15,7 +15,7 @@ use iceberg::table::Table;
 
 use super::map::{CancelledGroup, cancel_groups};
 use super::reduce::pair_by_key;
-use super::{MapTask, ShuffleOutcome, has_lineage, partition_groups, stopped};
+use super::{ShuffleOutcome, partition_groups, stopped};
 use crate::change::Survivors;
 use crate::changelog::FileRows;
 use crate::changes::writer::encode_changes;
@@ -65,27 +65,23 @@ impl InPlace<'_> {
         removed: Vec<FileRows>,
         added: Vec<FileRows>,
     ) -> Result<ShuffleOutcome, TaskError> {
-        let lineage = has_lineage(&removed, &added);
-        let opened = Opened::new(self.iceberg, self.schema_id, lineage, self.file_concurrency)?;
-        let all_groups = partition_groups(removed, added, || MapTask {
-            schema_id: self.schema_id,
-            removed: Vec::new(),
-            added: Vec::new(),
-            input_bytes: 0,
-            key: self.key.to_vec(),
-            buckets: 1,
-            lineage,
-            groups: Vec::new(),
-        })
-        .into_values()
-        .reduce(|mut all, group| {
-            all.absorb(group);
-            all
-        });
-        let groups: Vec<CancelledGroup> = match all_groups {
-            Some(map) => cancel_groups(&opened, map).try_collect().await?,
-            None => Vec::new(),
+        // One map task over every partition group, cancelled group by group.
+        let Some(map) = partition_groups(self.schema_id, self.key, 1, removed, added)
+            .into_values()
+            .reduce(|mut all, group| {
+                all.absorb(group);
+                all
+            })
+        else {
+            return Ok(ShuffleOutcome::default());
         };
+        let opened = Opened::new(
+            self.iceberg,
+            self.schema_id,
+            map.lineage,
+            self.file_concurrency,
+        )?;
+        let groups: Vec<CancelledGroup> = cancel_groups(&opened, map).try_collect().await?;
         let resurrected = groups.iter().map(|g| g.resurrected).sum();
         let survivors = combine(&opened.read.batch_schema(), groups)
             .map_err(TaskError::compute)

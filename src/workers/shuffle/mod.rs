@@ -161,6 +161,7 @@ pub struct Shuffle<'a> {
 }
 
 /// Surviving rows per side, for the checks the coordinator makes.
+#[derive(Default)]
 pub struct ShuffleOutcome {
     pub deleted: i64,
     pub inserted: i64,
@@ -179,17 +180,9 @@ impl Shuffle<'_> {
     ) -> Result<ShuffleOutcome, SyncError> {
         let stored = removed.iter().chain(&added).map(|f| f.size).sum();
         let buckets = bucket_count(self.buckets, stored, self.reduce_target_bytes);
-        let lineage = has_lineage(&removed, &added);
-        let groups = partition_groups(removed, added, || MapTask {
-            schema_id: self.schema_id,
-            removed: Vec::new(),
-            added: Vec::new(),
-            input_bytes: 0,
-            key: self.key.clone(),
-            buckets,
-            lineage,
-            groups: Vec::new(),
-        });
+        let groups = partition_groups(self.schema_id, &self.key, buckets, removed, added);
+        // Every group is read alike, so reduces read the rows as its maps do.
+        let lineage = groups.values().any(|g| g.lineage);
         let maps: Vec<(String, serde_json::Value)> = pack(groups, self.map_memory_bytes)
             .into_iter()
             .enumerate()
@@ -343,26 +336,34 @@ fn pack(groups: BTreeMap<String, MapTask>, memory: u64) -> Vec<MapTask> {
     tasks
 }
 
-/// Whether the rows are read with their lineage: the planner gives every file of a v3
-/// table its lineage.
-pub(crate) fn has_lineage(removed: &[FileRows], added: &[FileRows]) -> bool {
-    removed.iter().chain(added).any(|f| f.lineage.is_some())
-}
-
 /// The files of a rewrite by partition group (within which carryover is complete), each
-/// group a map task made by `task` holding that group's files.
+/// group a map task holding that group's files.
 pub(crate) fn partition_groups(
+    schema_id: i32,
+    key: &[usize],
+    buckets: u32,
     removed: Vec<FileRows>,
     added: Vec<FileRows>,
-    task: impl Fn() -> MapTask,
 ) -> BTreeMap<String, MapTask> {
+    // The planner gives every file of a v3 table its lineage.
+    let lineage = removed.iter().chain(&added).any(|f| f.lineage.is_some());
+    let task = || MapTask {
+        schema_id,
+        removed: Vec::new(),
+        added: Vec::new(),
+        input_bytes: 0,
+        key: key.to_vec(),
+        buckets,
+        lineage,
+        groups: Vec::new(),
+    };
     let mut groups: BTreeMap<String, MapTask> = BTreeMap::new();
     for (f, is_removed) in removed
         .into_iter()
         .map(|f| (f, true))
         .chain(added.into_iter().map(|f| (f, false)))
     {
-        let group = groups.entry(f.group.clone()).or_insert_with(&task);
+        let group = groups.entry(f.group.clone()).or_insert_with(task);
         group.input_bytes += f.size;
         let side = if is_removed {
             &mut group.removed
