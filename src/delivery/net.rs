@@ -11,9 +11,8 @@ use arrow::datatypes::Int64Type;
 
 use super::error::FeedError;
 use super::events::{BatchHead, EventBatch, EventSink};
-use super::pull::Feed;
+use super::pull::{Feed, key_and_columns};
 use super::selection::Selection;
-use crate::changelog::key_indexes;
 use crate::changes::SegmentFile;
 use crate::changes::writer::ORDINAL;
 use crate::store::{ChangeSetHead, NetRange, NetSegment, SegmentRecord, SourceTable};
@@ -45,14 +44,7 @@ impl Feed {
     ) -> Result<NetPageEnd, FeedError> {
         let mut end = NetPageEnd { count: 0, consumed };
         let entry = self.schema(table.id, range.schema_id).await?;
-        let fields = entry.schema.as_struct().fields();
-        let key = key_indexes(
-            &entry.schema,
-            table.identifier_field_ids.as_deref(),
-            &table.identifier_columns,
-        )
-        .map_err(|reason| FeedError::Schema(range.schema_id, reason))?;
-        let columns = selection.column_indexes(fields);
+        let (key, columns) = key_and_columns(table, range.schema_id, &entry, selection)?;
         let mut heads: HashMap<i64, SegmentRecord> = HashMap::new();
         let mut selected = Vec::new();
         loop {

@@ -72,6 +72,77 @@ impl Drop for RenderedAhead {
     }
 }
 
+/// A [`BatchHead`] that owns its parts, to render a chunk away from the request reading it.
+struct OwnedHead {
+    table: SourceTable,
+    segment: SegmentRecord,
+    entry: Arc<SchemaEntry>,
+    key: Vec<usize>,
+    columns: Vec<usize>,
+    whole_rows: bool,
+}
+
+impl OwnedHead {
+    /// `head`, whose schema is `entry`'s.
+    fn of(head: BatchHead<'_>, entry: &Arc<SchemaEntry>) -> Self {
+        Self {
+            table: head.table.clone(),
+            segment: head.segment.clone(),
+            entry: entry.clone(),
+            key: head.key.to_vec(),
+            columns: head.columns.to_vec(),
+            whole_rows: head.whole_rows,
+        }
+    }
+
+    /// The head of `segment` of `table`, read with `entry` as `selection` says.
+    fn new(
+        table: SourceTable,
+        segment: SegmentRecord,
+        entry: Arc<SchemaEntry>,
+        selection: &Selection,
+    ) -> Result<Self, FeedError> {
+        let (key, columns) = key_and_columns(&table, segment.schema_id, &entry, selection)?;
+        Ok(Self {
+            table,
+            segment,
+            entry,
+            key,
+            columns,
+            whole_rows: selection.columns.is_none(),
+        })
+    }
+
+    fn head(&self) -> BatchHead<'_> {
+        BatchHead {
+            table: &self.table,
+            segment: &self.segment,
+            schema: &self.entry,
+            key: &self.key,
+            columns: &self.columns,
+            whole_rows: self.whole_rows,
+        }
+    }
+}
+
+/// The indexes in the top-level fields of `entry` (schema `schema_id`) of `table`'s
+/// identifier columns and of the columns `selection` keeps.
+pub(super) fn key_and_columns(
+    table: &SourceTable,
+    schema_id: i32,
+    entry: &SchemaEntry,
+    selection: &Selection,
+) -> Result<(Vec<usize>, Vec<usize>), FeedError> {
+    let key = key_indexes(
+        &entry.schema,
+        table.identifier_field_ids.as_deref(),
+        &table.identifier_columns,
+    )
+    .map_err(|reason| FeedError::Schema(schema_id, reason))?;
+    let columns = selection.column_indexes(entry.schema.as_struct().fields());
+    Ok((key, columns))
+}
+
 /// Renders `batches`, events `first .. first + len` of a segment.
 fn render_rows(
     head: BatchHead<'_>,
@@ -105,13 +176,15 @@ fn holds_after(segment: &SegmentRecord, position: Position) -> bool {
             && segment.first_event + segment.event_count > position.consumed)
 }
 
-/// The windows of `segments` that the `events` events after `next` lie in, at most
-/// [`MAX_AHEAD`], in feed order (without `inserts` segments if `skip_inserts`).
-fn windows_ahead(
+/// The spans of `span` events (windows or chunks) of `segments` that the `events` events
+/// after `next` lie in, at most [`MAX_AHEAD`], in feed order (without `inserts` segments
+/// if `skip_inserts`).
+fn spans_ahead(
     segments: &[SegmentRecord],
     next: Position,
     events: usize,
     skip_inserts: bool,
+    span: usize,
 ) -> impl Iterator<Item = (&SegmentRecord, usize)> {
     let segments = segments
         .iter()
@@ -124,11 +197,11 @@ fn windows_ahead(
                 true => (next.consumed - segment.first_event).max(0) as usize,
                 false => 0,
             };
-            let windows = from / WINDOW_EVENTS..total.div_ceil(WINDOW_EVENTS);
-            windows.map(move |index| (segment, index, from.max(index * WINDOW_EVENTS)))
+            let spans = from / span..total.div_ceil(span);
+            spans.map(move |index| (segment, index, from.max(index * span)))
         })
         .take_while(move |(segment, index, from)| {
-            let end = ((index + 1) * WINDOW_EVENTS).min(segment.event_count as usize);
+            let end = ((index + 1) * span).min(segment.event_count as usize);
             let needed = wanted > 0;
             wanted = wanted.saturating_sub(end - from);
             needed
@@ -143,16 +216,18 @@ fn chunk_span(index: usize, total: usize) -> (usize, usize) {
     (first, CHUNK_EVENTS.min(total - first))
 }
 
-/// The key of chunk `index` of `head`'s segment, rendered with `options` for `request`.
+/// The key of chunk `index` of `segment` of `table`, rendered with `options` for
+/// `request`.
 fn chunk_key(
-    head: BatchHead<'_>,
+    table: TableId,
+    segment: &SegmentRecord,
     index: usize,
     options: JsonOptions,
     request: &PageRequest<'_>,
 ) -> ChunkKey {
     ChunkKey {
-        table: head.table.id,
-        segment: head.segment.path.clone(),
+        table,
+        segment: segment.path.clone(),
         index,
         options,
         columns: request.selection.columns.clone(),
@@ -218,6 +293,7 @@ impl Feed {
         };
         let mut scanned = 0usize;
         let mut max = FIRST_SEGMENTS;
+        let rendering = sink.rendered().map(|sink| sink.options());
         loop {
             let segments = self
                 .store
@@ -242,7 +318,7 @@ impl Feed {
                     || !sink.accepts(table.id, segment)
                 {
                     end.more = true;
-                    self.decode_ahead(table, &segments, end.next, request);
+                    self.read_ahead(table, &segments, end.next, request, rendering);
                     return Ok(end);
                 }
                 scanned += self
@@ -253,7 +329,7 @@ impl Feed {
                 // A page that stops inside the segments fetched has more without asking.
                 end.more = segments.iter().any(|s| holds_after(s, end.next))
                     || self.store.has_events_after(table.id, end.next).await?;
-                self.decode_ahead(table, &segments, end.next, request);
+                self.read_ahead(table, &segments, end.next, request, rendering);
                 return Ok(end);
             }
             if exhausted {
@@ -262,10 +338,27 @@ impl Feed {
         }
     }
 
+    /// Prepares in the background what the next [`PAGES_AHEAD`] pages of the same size
+    /// after `next` would read, across `segments`, so that a consumer paging on finds it
+    /// ready while it takes this page: rendered chunks for a sink of shared renderings
+    /// (`rendering`), decoded windows for others.
+    fn read_ahead(
+        &self,
+        table: &SourceTable,
+        segments: &[SegmentRecord],
+        next: Position,
+        request: &PageRequest<'_>,
+        rendering: Option<JsonOptions>,
+    ) {
+        match rendering {
+            Some(options) => self.render_ahead(table, segments, next, request, options),
+            None => self.decode_ahead(table, segments, next, request),
+        }
+    }
+
     /// Decodes in the background the windows of `segments` that the next
     /// [`PAGES_AHEAD`] pages of the same size after `next` would read (up to
-    /// [`MAX_AHEAD`]), so that a consumer paging on finds them decoded, across segments
-    /// too, while it takes this page.
+    /// [`MAX_AHEAD`]).
     fn decode_ahead(
         &self,
         table: &SourceTable,
@@ -274,11 +367,16 @@ impl Feed {
         request: &PageRequest<'_>,
     ) {
         let skip_inserts = !request.selection.ops.contains(Op::Insert);
-        let windows: Vec<(SegmentRecord, usize)> =
-            windows_ahead(segments, next, PAGES_AHEAD * request.limit, skip_inserts)
-                .filter(|(segment, index)| !self.decoded.contains(&segment.path, *index))
-                .map(|(segment, index)| (segment.clone(), index))
-                .collect();
+        let windows: Vec<(SegmentRecord, usize)> = spans_ahead(
+            segments,
+            next,
+            PAGES_AHEAD * request.limit,
+            skip_inserts,
+            WINDOW_EVENTS,
+        )
+        .filter(|(segment, index)| !self.decoded.contains(&segment.path, *index))
+        .map(|(segment, index)| (segment.clone(), index))
+        .collect();
         for (segment, index) in windows {
             let (feed, table) = (self.clone(), table.id);
             tokio::spawn(async move {
@@ -326,14 +424,7 @@ impl Feed {
         }
 
         let entry = self.schema(table.id, segment.schema_id).await?;
-        let fields = entry.schema.as_struct().fields();
-        let key = key_indexes(
-            &entry.schema,
-            table.identifier_field_ids.as_deref(),
-            &table.identifier_columns,
-        )
-        .map_err(|reason| FeedError::Schema(segment.schema_id, reason))?;
-        let columns = request.selection.column_indexes(fields);
+        let (key, columns) = key_and_columns(table, segment.schema_id, &entry, request.selection)?;
         let head = BatchHead {
             table,
             segment,
@@ -405,21 +496,14 @@ impl Feed {
         while offset < total && end.count < request.limit && offset - start < SCAN_BUDGET {
             let index = offset / CHUNK_EVENTS;
             let (first, len) = chunk_span(index, total);
-            let key = chunk_key(head, index, options, request);
+            let key = chunk_key(head.table.id, segment, index, options, request);
             let chunk = self
                 .rendered
-                .get(key, self.render(head, entry, first, len, &options))
+                .get(key, async {
+                    let head = OwnedHead::of(head, entry);
+                    self.render(head, first, len, options).await
+                })
                 .await?;
-            // A reader of this chunk will likely go on to its next page of the same size:
-            // render the chunks that page needs on the other core while this one is read,
-            // copied, sent and parsed.
-            let ahead = (first + len + request.limit).min(total);
-            let missing: Vec<ChunkKey> = (index + 1..ahead.div_ceil(CHUNK_EVENTS))
-                .take(MAX_AHEAD)
-                .map(|next| chunk_key(head, next, options, request))
-                .filter(|key| !self.rendered.contains(key))
-                .collect();
-            self.prefetch(head, entry, missing, options);
             selected.clear();
             let mut examined = offset - first;
             while examined < len && end.count + selected.len() < request.limit {
@@ -443,60 +527,71 @@ impl Feed {
         Ok(offset - start)
     }
 
-    /// Renders the chunks `keys` into the shared cache in the background, each on a core
-    /// of its own (their rows come from the windows of [`DecodedCache`], decoded once).
-    /// Readers asking for one of them meanwhile wait for it; a failure is left for a
-    /// reader to meet.
-    fn prefetch(
+    /// Renders in the background, into the shared cache, the chunks of `segments` that
+    /// the next [`PAGES_AHEAD`] pages of the same size after `next` would read (and at
+    /// least the chunk after `next`'s, up to [`MAX_AHEAD`]), each on a thread of its own:
+    /// the other core renders them while this page is copied, sent and parsed. Readers
+    /// asking for one of them meanwhile wait for it; a failure is left for a reader to
+    /// meet.
+    fn render_ahead(
         &self,
-        head: BatchHead<'_>,
-        entry: &Arc<SchemaEntry>,
-        keys: Vec<ChunkKey>,
+        table: &SourceTable,
+        segments: &[SegmentRecord],
+        next: Position,
+        request: &PageRequest<'_>,
         options: JsonOptions,
     ) {
-        let keys: Vec<ChunkKey> = {
+        let skip_inserts = !request.selection.ops.contains(Op::Insert);
+        let events = (PAGES_AHEAD * request.limit).max(CHUNK_EVENTS);
+        let chunks: Vec<(SegmentRecord, ChunkKey)> = {
             let mut ahead = self.ahead.lock().expect("chunks ahead");
-            keys.into_iter()
-                .filter(|k| ahead.insert(k.clone()))
+            spans_ahead(segments, next, events, skip_inserts, CHUNK_EVENTS)
+                .map(|(segment, index)| {
+                    let key = chunk_key(table.id, segment, index, options, request);
+                    (segment, key)
+                })
+                .filter(|(_, key)| !self.rendered.contains(key) && ahead.insert(key.clone()))
+                .map(|(segment, key)| (segment.clone(), key))
                 .collect()
         };
-        let total = head.segment.event_count as usize;
-        for key in keys {
-            let (feed, entry) = (self.clone(), entry.clone());
-            let (table, segment) = (head.table.clone(), head.segment.clone());
-            let (key_columns, columns) = (head.key.to_vec(), head.columns.to_vec());
-            let whole_rows = head.whole_rows;
+        for (segment, key) in chunks {
+            let (feed, table) = (self.clone(), table.clone());
+            let selection = request.selection.clone();
             let done = RenderedAhead(feed.ahead.clone(), key.clone());
             tokio::spawn(async move {
                 let _done = done;
-                let head = BatchHead {
-                    table: &table,
-                    segment: &segment,
-                    schema: &entry,
-                    key: &key_columns,
-                    columns: &columns,
-                    whole_rows,
+                let path = segment.path.clone();
+                let (first, len) = chunk_span(key.index, segment.event_count as usize);
+                let rendered = async {
+                    let entry = feed.schema(table.id, segment.schema_id).await?;
+                    let head = OwnedHead::new(table, segment, entry, &selection)?;
+                    feed.rendered
+                        .get(key, feed.render(head, first, len, options))
+                        .await
                 };
-                let (first, len) = chunk_span(key.index, total);
-                let render = feed.render(head, &entry, first, len, &options);
-                if let Err(e) = feed.rendered.get(key, render).await {
-                    tracing::debug!(segment = %segment.path, error = %e, "rendering ahead failed");
+                if let Err(e) = rendered.await {
+                    tracing::debug!(segment = %path, error = %e, "rendering ahead failed");
                 }
             });
         }
     }
 
-    /// Events `first .. first + len` of a segment, rendered.
+    /// Events `first .. first + len` of a segment, rendered on the blocking pool: a
+    /// chunk takes milliseconds of one core, which would stall every other request and
+    /// stream waiting on the async worker that rendered it.
     async fn render(
         &self,
-        head: BatchHead<'_>,
-        entry: &SchemaEntry,
+        head: OwnedHead,
         first: usize,
         len: usize,
-        options: &JsonOptions,
+        options: JsonOptions,
     ) -> Result<RenderedChunk, FeedError> {
-        let batches = self.rows(head.segment, entry, first, len).await?;
-        render_rows(head, &batches, first, len, options)
+        let batches = self.rows(&head.segment, &head.entry, first, len).await?;
+        tokio::task::spawn_blocking(move || {
+            render_rows(head.head(), &batches, first, len, &options)
+        })
+        .await
+        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
     }
 
     /// Events `offset .. offset + count` of `segment`, through the shared windows.
@@ -620,7 +715,7 @@ mod tests {
             ordinal: next.0,
             consumed: next.1,
         };
-        windows_ahead(segments, next, events, skip_inserts)
+        spans_ahead(segments, next, events, skip_inserts, WINDOW_EVENTS)
             .map(|(s, index)| (s.path.clone(), index))
             .collect()
     }
@@ -657,5 +752,23 @@ mod tests {
         );
         // Past the segments fetched: nothing.
         assert!(ahead(&segments, (2, 5 * w), 1000, false).is_empty());
+    }
+
+    #[test]
+    fn the_chunks_ahead_of_a_page_are_counted_in_chunks() {
+        let c = CHUNK_EVENTS as i64;
+        let segments = [
+            segment(1, 0, c + 10, "inserts"),
+            segment(2, 0, 3 * c, "changes"),
+        ];
+        let next = Position {
+            ordinal: 1,
+            consumed: 5,
+        };
+        let chunks: Vec<(i64, usize)> =
+            spans_ahead(&segments, next, 2 * CHUNK_EVENTS, false, CHUNK_EVENTS)
+                .map(|(s, index)| (s.ordinal, index))
+                .collect();
+        assert_eq!(chunks, [(1, 0), (1, 1), (2, 0)]);
     }
 }
