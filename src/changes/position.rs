@@ -8,6 +8,8 @@
 //! the net changes of a range ([`NetPosition`]) is a cursor of its own version, with the
 //! range's id in place of the ordinal.
 
+use std::cell::Cell;
+
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use uuid::Uuid;
@@ -119,18 +121,42 @@ fn encode(version: u8, table: TableId, a: i64, b: i64) -> String {
     String::from_utf8(out).expect("base64 is ASCII")
 }
 
-/// Appends a cursor to `out` without allocating: pages write one per event.
+/// Bytes of a cursor that the events of one change set share: the version, the table
+/// and all but the last byte of the first number, whole groups of base64's 3 bytes.
+const SHARED_LEN: usize = 24;
+
+thread_local! {
+    /// The last shared bytes a thread encoded, and their text.
+    static SHARED: Cell<Option<([u8; SHARED_LEN], [u8; SHARED_LEN / 3 * 4])>> =
+        const { Cell::new(None) };
+}
+
+/// Appends a cursor to `out` without allocating: pages write one per event, and the
+/// events of a page mostly share their first [`SHARED_LEN`] bytes, encoded once.
 fn write_encoded(version: u8, table: TableId, a: i64, b: i64, out: &mut Vec<u8>) {
     let mut bytes = [0u8; ENCODED_LEN];
     bytes[0] = version;
     bytes[1..17].copy_from_slice(table.0.as_bytes());
     bytes[17..25].copy_from_slice(&a.to_be_bytes());
     bytes[25..33].copy_from_slice(&b.to_be_bytes());
-    let mut text = [0u8; CURSOR_LEN];
+    let (shared, rest) = bytes.split_at(SHARED_LEN);
+    let text = match SHARED.get() {
+        Some((last, text)) if last == shared => text,
+        _ => {
+            let mut text = [0u8; SHARED_LEN / 3 * 4];
+            URL_SAFE_NO_PAD
+                .encode_slice(shared, &mut text)
+                .expect("room for a cursor's start");
+            SHARED.set(Some((shared.try_into().expect("SHARED_LEN bytes"), text)));
+            text
+        }
+    };
+    out.extend_from_slice(&text);
+    let mut tail = [0u8; CURSOR_LEN - SHARED_LEN / 3 * 4];
     let len = URL_SAFE_NO_PAD
-        .encode_slice(bytes, &mut text)
-        .expect("room for a cursor");
-    out.extend_from_slice(&text[..len]);
+        .encode_slice(rest, &mut tail)
+        .expect("room for a cursor's end");
+    out.extend_from_slice(&tail[..len]);
 }
 
 /// The version and the two numbers of a cursor of `table` of one of `versions`.
@@ -216,6 +242,32 @@ mod tests {
             let mut out = b"id: ".to_vec();
             pos.write_cursor(table, &mut out);
             assert_eq!(out, [b"id: ", cursor.as_bytes()].concat());
+        }
+    }
+
+    #[test]
+    fn cursors_written_one_after_another_are_each_whole() {
+        let (a, b) = (TableId::new(), TableId::new());
+        let whole = |table: TableId, ordinal: i64, consumed: i64| {
+            let mut bytes = vec![VERSION];
+            bytes.extend_from_slice(table.0.as_bytes());
+            bytes.extend_from_slice(&ordinal.to_be_bytes());
+            bytes.extend_from_slice(&consumed.to_be_bytes());
+            URL_SAFE_NO_PAD.encode(bytes)
+        };
+        // The shared start changes with the table and with all but the last byte of
+        // the ordinal; the last byte is written with the consumed events.
+        for (table, ordinal, consumed) in [
+            (a, 1, 0),
+            (a, 1, 1),
+            (a, 256, 1),
+            (a, 257, 1),
+            (b, 257, 1),
+            (a, 1, i64::MAX),
+        ] {
+            let mut out = b"x".to_vec();
+            Position { ordinal, consumed }.write_cursor(table, &mut out);
+            assert_eq!(out[1..], *whole(table, ordinal, consumed).as_bytes());
         }
     }
 
