@@ -72,6 +72,7 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
         admission: Arc::new(crate::api::admission::Admission::new(
             settings.limits.clone(),
         )),
+        pages_ahead: Default::default(),
     };
     let listener = TcpListener::bind(settings.listen)
         .await

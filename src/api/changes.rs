@@ -12,14 +12,17 @@ use super::AppState;
 use super::error::{ApiError, ProblemCode};
 use super::extract::{Path, Query};
 use super::pages::{
-    ArrowStream, Format, PageQuery, PageSink, PageTail, long_poll_wait, page_limit, selection,
-    start_position,
+    ArrowStream, Format, PageQuery, PageSink, PageTail, ReadyPage, long_poll_wait, page_limit,
+    selection, start_position,
 };
+use super::pages_ahead::PageKey;
 use super::tables::load;
 use crate::api::problem::problems;
+use crate::changes::Position;
 use crate::delivery::PageRequest;
 use crate::delivery::json_page::feed_cursor;
 use crate::int64::Int64;
+use crate::store::SourceTable;
 
 const TAG: &str = "changes";
 
@@ -167,31 +170,67 @@ pub async fn get_changes(
         query.columns.as_deref(),
     )
     .await?;
-    let options = query.longs.unwrap_or_default().options();
-    let format = Format::negotiate(query.format, &headers);
-    let request = PageRequest {
+    let key = PageKey {
+        table: table.id,
+        registered: table.created_at,
         after,
         limit,
-        selection: &selection,
+        format: Format::negotiate(query.format, &headers),
+        options: query.longs.unwrap_or_default().options(),
+        selection,
     };
-    let (page, end) = state
+    if let Some(page) = state.pages_ahead.take(&key, &table).await {
+        prepare_next(&state, &table, &key, &page);
+        return Ok(page.response());
+    }
+    let page = state
         .notifier
         .long_poll(
             [table.id],
             wait,
-            || async {
-                let mut page = PageSink::new(format, &options, &feed_cursor, limit);
-                let end = state.feed.read(&table, &request, page.sink()).await?;
-                Ok::<_, ApiError>((page, end))
-            },
-            |(_, end)| end.count == 0 && !end.more,
+            || read_page(&state, &table, &key),
+            |page| page.count == 0 && !page.more,
         )
         .await?;
+    prepare_next(&state, &table, &key, &page);
+    Ok(page.response())
+}
+
+/// Reads the page at `key` of `table`'s feed.
+async fn read_page(
+    state: &AppState,
+    table: &SourceTable,
+    key: &PageKey,
+) -> Result<ReadyPage, ApiError> {
+    let request = PageRequest {
+        after: key.after,
+        limit: key.limit,
+        selection: &key.selection,
+    };
+    let mut page = PageSink::new(key.format, &key.options, &feed_cursor, key.limit);
+    let end = state.feed.read(table, &request, page.sink()).await?;
     let tail = PageTail {
         next: end.next.to_cursor(table.id),
         more: end.more,
     };
-    page.respond(&state, tail, &table, &selection).await
+    page.finish(state, tail, table, &key.selection).await
+}
+
+/// Prepares the page after `page` (read at `key`) while its consumer takes it, if more
+/// events follow it.
+fn prepare_next(state: &AppState, table: &SourceTable, key: &PageKey, page: &ReadyPage) {
+    if !page.more {
+        return;
+    }
+    let Ok(next) = Position::from_cursor(&page.next, table.id) else {
+        return;
+    };
+    let key = key.after(next);
+    let read = {
+        let (state, table, key) = (state.clone(), table.clone(), key.clone());
+        async move { read_page(&state, &table, &key).await.ok() }
+    };
+    state.pages_ahead.prepare(key, read);
 }
 
 problems! {

@@ -11,6 +11,7 @@ pub mod health;
 pub mod limits;
 pub mod net;
 pub mod pages;
+pub mod pages_ahead;
 pub mod problem;
 pub mod request_metrics;
 pub mod stream;
@@ -73,6 +74,8 @@ pub struct AppState {
     pub services: crate::workers::supervisor::Services,
     /// How much work the node takes on (`limits.*`).
     pub admission: Arc<admission::Admission>,
+    /// Table pages prepared ahead of the consumers paging through them.
+    pub pages_ahead: pages_ahead::PagesAhead,
 }
 
 impl AppState {

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use axum::body::Bytes;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
@@ -85,7 +86,7 @@ impl Longs {
 }
 
 /// The representation of a page.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, ToSchema)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Format {
     /// `{"events": [...], "next": ..., "more": ...}` (`application/json`).
@@ -229,6 +230,17 @@ impl<'a> PageSink<'a> {
         table: &SourceTable,
         selection: &Selection,
     ) -> Result<Response, ApiError> {
+        Ok(self.finish(state, tail, table, selection).await?.response())
+    }
+
+    /// The page ending at `tail`, ready to send (see [`Self::respond`]).
+    pub async fn finish(
+        self,
+        state: &AppState,
+        tail: PageTail,
+        table: &SourceTable,
+        selection: &Selection,
+    ) -> Result<ReadyPage, ApiError> {
         let (content_type, body, count) = match self {
             Self::Json(sink, format) => {
                 let count = sink.count();
@@ -258,22 +270,49 @@ impl<'a> PageSink<'a> {
                 (ARROW_STREAM, body, count)
             }
         };
+        Ok(ReadyPage {
+            content_type,
+            body: body.into(),
+            count,
+            next: tail.next,
+            more: tail.more,
+        })
+    }
+}
+
+/// A page ready to send.
+#[derive(Debug)]
+pub struct ReadyPage {
+    pub content_type: &'static str,
+    pub body: Bytes,
+    pub count: usize,
+    /// The cursor to continue after.
+    pub next: String,
+    /// Whether more events were available when the page was read.
+    pub more: bool,
+}
+
+impl ReadyPage {
+    pub fn response(&self) -> Response {
         let mut response = (
-            [(header::CONTENT_TYPE, HeaderValue::from_static(content_type))],
-            body,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(self.content_type),
+            )],
+            self.body.clone(),
         )
             .into_response();
         let headers = response.headers_mut();
         headers.insert(
             NEXT_CURSOR_HEADER,
-            HeaderValue::from_str(&tail.next).expect("cursors are URL-safe ASCII"),
+            HeaderValue::from_str(&self.next).expect("cursors are URL-safe ASCII"),
         );
         headers.insert(
             MORE_HEADER,
-            HeaderValue::from_static(if tail.more { "true" } else { "false" }),
+            HeaderValue::from_static(if self.more { "true" } else { "false" }),
         );
-        headers.insert(COUNT_HEADER, HeaderValue::from(count));
-        Ok(response)
+        headers.insert(COUNT_HEADER, HeaderValue::from(self.count));
+        response
     }
 }
 

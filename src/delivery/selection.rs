@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use crate::change::Op;
 
 /// A set of operations (`insert`, `update`, `delete`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct OpSet(u8);
 
 /// Why a selection was refused.
@@ -75,7 +75,7 @@ impl OpSet {
 }
 
 /// Which events and which columns of their rows a consumer receives.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Selection {
     /// Operations delivered; events of other operations are skipped (their positions
     /// still pass, so a consumer never sees them again).

@@ -173,6 +173,13 @@ pub const EVENTS_STREAMED: Metric = counter(
     Count,
     "Change events sent over server-sent event streams",
 );
+pub const PAGES_AHEAD: Metric = counter(
+    "icefeed_delivery_pages_ahead_total",
+    Count,
+    "Table pages prepared while their consumer took the page before (outcome=prepared), \
+     and requests answered with one (outcome=answered)",
+);
+
 pub const EVENTS_RENDERED: Metric = counter(
     "icefeed_delivery_events_rendered_total",
     Count,
@@ -262,6 +269,7 @@ pub const ALL: &[Metric] = &[
     OPEN_STREAMS,
     EVENTS_STREAMED,
     EVENTS_RENDERED,
+    PAGES_AHEAD,
     PULL_LAG_EVENTS,
     PULL_LAG_SNAPSHOTS,
     PULL_LAG_SECONDS,

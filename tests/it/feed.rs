@@ -17,6 +17,87 @@ fn ids(events: &[Value]) -> Vec<i64> {
         .collect()
 }
 
+/// One page as sent: status, the headers that carry its cursor and count, the body.
+async fn raw_page(node: &Node, path: &str, accept: &str) -> (u16, [String; 4], Vec<u8>) {
+    let r = node
+        .http
+        .get(node.url(path))
+        .header("accept", accept)
+        .send()
+        .await
+        .unwrap();
+    let header = |name: &str| {
+        r.headers()
+            .get(name)
+            .map_or(String::new(), |v| v.to_str().unwrap().to_string())
+    };
+    let headers = [
+        header("content-type"),
+        header("icefeed-next-cursor"),
+        header("icefeed-more"),
+        header("icefeed-count"),
+    ];
+    (
+        r.status().as_u16(),
+        headers,
+        r.bytes().await.unwrap().to_vec(),
+    )
+}
+
+#[tokio::test]
+async fn pages_prepared_ahead_are_the_pages_a_fresh_read_answers() {
+    let RegisteredOrders {
+        wh,
+        table,
+        node,
+        id,
+        store: _store,
+    } = registered_orders(1..=5).await;
+    let t = wh.append(&table, &[orders(6..=8)]).await;
+    node.wait_for_checkpoint(&id, head(&t)).await;
+    let answered = "icefeed_delivery_pages_ahead_total{outcome=\"answered\"}";
+    for accept in [
+        "application/json",
+        "application/x-ndjson",
+        "application/vnd.apache.arrow.stream",
+    ] {
+        let before = crate::support::counter(&node, answered).await;
+        // Page by page: each page but the first and the last (nothing follows it, so it
+        // is not kept) was prepared while the one before was taken, and is answered from
+        // memory once; asking for it again reads it anew.
+        let mut path = format!("/v1/tables/{id}/changes?limit=2&ops=insert,delete");
+        let mut pages = 0;
+        loop {
+            let prepared = raw_page(&node, &path, accept).await;
+            let fresh = raw_page(&node, &path, accept).await;
+            let body = String::from_utf8_lossy(&prepared.2);
+            assert_eq!(prepared.0, 200, "{accept} {path}: {body}");
+            assert_eq!(prepared, fresh, "{accept} {path}");
+            pages += 1;
+            let [_, next, more, _] = &prepared.1;
+            if accept == "application/json" {
+                let page: Value = serde_json::from_slice(&prepared.2).unwrap();
+                if page["more"] == false {
+                    break;
+                }
+                path = format!(
+                    "/v1/tables/{id}/changes?limit=2&ops=insert,delete&after={}",
+                    page["next"].as_str().unwrap()
+                );
+            } else {
+                if more == "false" {
+                    break;
+                }
+                path = format!("/v1/tables/{id}/changes?limit=2&ops=insert,delete&after={next}");
+            }
+        }
+        assert_eq!(pages, 4, "{accept}: 8 events in pages of 2");
+        let after = crate::support::counter(&node, answered).await;
+        assert!(after >= before + 2, "{accept}: {before} -> {after}");
+    }
+    node.shutdown().await;
+}
+
 #[tokio::test]
 async fn export_then_appends_flow_page_by_page() {
     let wh = Warehouse::new().await;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::fixtures::{orders, orders_schema};
-use crate::support::{Node, Warehouse, fresh_database, head, test_settings, wait_until};
+use crate::support::{Node, Warehouse, counter, fresh_database, head, test_settings, wait_until};
 
 async fn retention_node() -> (Node, tempfile::TempDir) {
     let store = tempfile::tempdir().unwrap();
@@ -252,4 +252,40 @@ async fn garbage_outlives_the_node_that_made_it() {
     .await;
     assert!(left.is_empty());
     janitor.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_page_prepared_ahead_is_not_answered_once_its_start_is_pruned() {
+    let wh = Warehouse::new().await;
+    let (node, _store) = retention_node().await;
+    let mut t = wh.create("shop.orders", orders_schema(), None).await;
+    t = wh.append(&t, &[orders(1..=3)]).await;
+    let table = node
+        .register(&wh.registration("shop.orders", json!({"retention": {"max_change_sets": 1}})))
+        .await;
+    node.wait_for_checkpoint(&table, head(&t)).await;
+    // The first page leaves more, so the node prepares the one after it in memory.
+    let prepared = "icefeed_delivery_pages_ahead_total{outcome=\"prepared\"}";
+    let before = counter(&node, prepared).await;
+    let (_, first) = node
+        .get(&format!("/v1/tables/{table}/changes?limit=1"))
+        .await;
+    let early = first["next"].as_str().unwrap().to_string();
+    wait_until(Duration::from_secs(10), || async {
+        (counter(&node, prepared).await > before).then_some(())
+    })
+    .await;
+
+    // A second change set prunes the first, and its segments go at once (no grace).
+    t = wh.append(&t, &[orders(10..=10)]).await;
+    node.wait_for_checkpoint(&table, head(&t)).await;
+    wait_pruned_through(&node, &table, 1).await;
+    let (status, problem) = node
+        .get(&format!("/v1/tables/{table}/changes?limit=1&after={early}"))
+        .await;
+    assert_eq!(
+        (status, problem["code"].as_str()),
+        (410, Some("position_expired")),
+        "{problem}"
+    );
 }
