@@ -30,7 +30,7 @@ use crate::store::{SourceTable, TableId};
 use crate::telemetry::metric::PAGES_AHEAD;
 
 /// Bytes of prepared pages a node keeps at most.
-const CACHE_BYTES: u64 = 64 << 20;
+const CACHE_BYTES: u64 = 32 << 20;
 /// How long a prepared page waits for its consumer.
 const KEPT_FOR: Duration = Duration::from_secs(30);
 /// Pages being prepared at once, at most: preparing is work no one asked for yet.

@@ -72,7 +72,7 @@ impl Drop for RenderedAhead {
     }
 }
 
-/// A [`BatchHead`] that owns its parts, to render a chunk away from the request reading it.
+/// A [`BatchHead`] that owns its parts, to render a chunk ahead of the request for it.
 struct OwnedHead {
     table: SourceTable,
     segment: SegmentRecord,
@@ -83,18 +83,6 @@ struct OwnedHead {
 }
 
 impl OwnedHead {
-    /// `head`, whose schema is `entry`'s.
-    fn of(head: BatchHead<'_>, entry: &Arc<SchemaEntry>) -> Self {
-        Self {
-            table: head.table.clone(),
-            segment: head.segment.clone(),
-            entry: entry.clone(),
-            key: head.key.to_vec(),
-            columns: head.columns.to_vec(),
-            whole_rows: head.whole_rows,
-        }
-    }
-
     /// The head of `segment` of `table`, read with `entry` as `selection` says.
     fn new(
         table: SourceTable,
@@ -435,7 +423,7 @@ impl Feed {
         };
         if let Some(rendered) = sink.rendered() {
             return self
-                .read_rendered(head, &entry, request, rendered, end, offset)
+                .read_rendered(head, request, rendered, end, offset)
                 .await;
         }
         let filtered = ops != OpSet::ALL;
@@ -482,7 +470,6 @@ impl Feed {
     async fn read_rendered(
         &self,
         head: BatchHead<'_>,
-        entry: &Arc<SchemaEntry>,
         request: &PageRequest<'_>,
         sink: &mut dyn RenderedSink,
         end: &mut PageEnd,
@@ -499,10 +486,7 @@ impl Feed {
             let key = chunk_key(head.table.id, segment, index, options, request);
             let chunk = self
                 .rendered
-                .get(key, async {
-                    let head = OwnedHead::of(head, entry);
-                    self.render(head, first, len, options).await
-                })
+                .get(key, self.render(head, first, len, options))
                 .await?;
             selected.clear();
             let mut examined = offset - first;
@@ -566,7 +550,7 @@ impl Feed {
                     let entry = feed.schema(table.id, segment.schema_id).await?;
                     let head = OwnedHead::new(table, segment, entry, &selection)?;
                     feed.rendered
-                        .get(key, feed.render(head, first, len, options))
+                        .get(key, feed.render(head.head(), first, len, options))
                         .await
                 };
                 if let Err(e) = rendered.await {
@@ -576,22 +560,16 @@ impl Feed {
         }
     }
 
-    /// Events `first .. first + len` of a segment, rendered on the blocking pool: a
-    /// chunk takes milliseconds of one core, which would stall every other request and
-    /// stream waiting on the async worker that rendered it.
+    /// Events `first .. first + len` of `head`'s segment, rendered.
     async fn render(
         &self,
-        head: OwnedHead,
+        head: BatchHead<'_>,
         first: usize,
         len: usize,
         options: JsonOptions,
     ) -> Result<RenderedChunk, FeedError> {
-        let batches = self.rows(&head.segment, &head.entry, first, len).await?;
-        tokio::task::spawn_blocking(move || {
-            render_rows(head.head(), &batches, first, len, &options)
-        })
-        .await
-        .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()))
+        let batches = self.rows(head.segment, head.schema, first, len).await?;
+        render_rows(head, &batches, first, len, &options)
     }
 
     /// Events `offset .. offset + count` of `segment`, through the shared windows.
