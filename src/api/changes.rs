@@ -2,6 +2,8 @@
 //! the events were read with.
 //! Must not reach: `changelog`, `workers` (handlers read what workers published).
 
+use std::sync::Arc;
+
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
@@ -12,13 +14,12 @@ use super::AppState;
 use super::error::{ApiError, ProblemCode};
 use super::extract::{Path, Query};
 use super::pages::{
-    ArrowStream, Format, PageQuery, PageSink, PageTail, ReadyPage, long_poll_wait, page_limit,
-    selection, start_position,
+    ArrowStream, Format, PageQuery, PageSink, PageTail, long_poll_wait, page_limit, selection,
+    start_position,
 };
-use super::pages_ahead::PageKey;
+use super::pages_ahead::{FeedPage, PageKey};
 use super::tables::load;
 use crate::api::problem::problems;
-use crate::changes::Position;
 use crate::delivery::PageRequest;
 use crate::delivery::json_page::feed_cursor;
 use crate::int64::Int64;
@@ -179,21 +180,22 @@ pub async fn get_changes(
         options: query.longs.unwrap_or_default().options(),
         selection,
     };
-    if let Some(page) = state.pages_ahead.take(&key, &table).await {
-        prepare_next(&state, &table, &key, &page);
-        return Ok(page.response());
-    }
-    let page = state
-        .notifier
-        .long_poll(
-            [table.id],
-            wait,
-            || read_page(&state, &table, &key),
-            |page| page.count == 0 && !page.more,
-        )
-        .await?;
+    let page = match state.pages_ahead.take(&key, &table).await {
+        Some(prepared) => prepared,
+        None => Arc::new(
+            state
+                .notifier
+                .long_poll(
+                    [table.id],
+                    wait,
+                    || read_page(&state, &table, &key),
+                    |p| p.page.count == 0 && !p.page.more,
+                )
+                .await?,
+        ),
+    };
     prepare_next(&state, &table, &key, &page);
-    Ok(page.response())
+    Ok(page.page.response())
 }
 
 /// Reads the page at `key` of `table`'s feed.
@@ -201,7 +203,7 @@ async fn read_page(
     state: &AppState,
     table: &SourceTable,
     key: &PageKey,
-) -> Result<ReadyPage, ApiError> {
+) -> Result<FeedPage, ApiError> {
     let request = PageRequest {
         after: key.after,
         limit: key.limit,
@@ -213,19 +215,19 @@ async fn read_page(
         next: end.next.to_cursor(table.id),
         more: end.more,
     };
-    page.finish(state, tail, table, &key.selection).await
+    Ok(FeedPage {
+        page: page.finish(state, tail, table, &key.selection).await?,
+        next: end.next,
+    })
 }
 
 /// Prepares the page after `page` (read at `key`) while its consumer takes it, if more
 /// events follow it.
-fn prepare_next(state: &AppState, table: &SourceTable, key: &PageKey, page: &ReadyPage) {
-    if !page.more {
+fn prepare_next(state: &AppState, table: &SourceTable, key: &PageKey, page: &FeedPage) {
+    if !page.page.more {
         return;
     }
-    let Ok(next) = Position::from_cursor(&page.next, table.id) else {
-        return;
-    };
-    let key = key.after(next);
+    let key = key.after(page.next);
     let read = {
         let (state, table, key) = (state.clone(), table.clone(), key.clone());
         async move { read_page(&state, &table, &key).await.ok() }

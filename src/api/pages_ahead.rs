@@ -59,11 +59,18 @@ impl PageKey {
     }
 }
 
+/// A table page ready to send, and the position it ends at.
+#[derive(Debug)]
+pub struct FeedPage {
+    pub page: ReadyPage,
+    pub next: Position,
+}
+
 /// The pages a node prepared ahead of their consumers; cheap to clone.
 #[derive(Clone)]
 pub struct PagesAhead {
     /// `None` while a preparation found nothing worth keeping, until it is dropped.
-    pages: Cache<PageKey, Option<Arc<ReadyPage>>>,
+    pages: Cache<PageKey, Option<Arc<FeedPage>>>,
     /// Pages being prepared: their consumer waits for them instead of reading again.
     preparing: Arc<Mutex<HashSet<PageKey>>>,
     permits: Arc<Semaphore>,
@@ -74,9 +81,10 @@ impl Default for PagesAhead {
         Self {
             pages: Cache::builder()
                 .max_capacity(CACHE_BYTES)
-                .weigher(|_, page: &Option<Arc<ReadyPage>>| {
-                    page.as_ref()
-                        .map_or(0, |p| p.body.len().try_into().unwrap_or(u32::MAX))
+                .weigher(|_, prepared: &Option<Arc<FeedPage>>| {
+                    prepared
+                        .as_ref()
+                        .map_or(0, |p| p.page.body.len().try_into().unwrap_or(u32::MAX))
                 })
                 .time_to_live(KEPT_FOR)
                 .build(),
@@ -89,7 +97,7 @@ impl Default for PagesAhead {
 impl PagesAhead {
     /// The page at `key`, if one was prepared (or is being prepared: then once it is)
     /// and `table`, as just loaded, still keeps its start. Each page is taken once.
-    pub async fn take(&self, key: &PageKey, table: &SourceTable) -> Option<Arc<ReadyPage>> {
+    pub async fn take(&self, key: &PageKey, table: &SourceTable) -> Option<Arc<FeedPage>> {
         if table.floor().is_gone(key.after) {
             // Pruned since: the page's own read answers that, as it would have.
             self.pages.invalidate(key).await;
@@ -117,7 +125,7 @@ impl PagesAhead {
     /// without more events after them are not kept.
     pub fn prepare<F>(&self, key: PageKey, read: F)
     where
-        F: Future<Output = Option<ReadyPage>> + Send + 'static,
+        F: Future<Output = Option<FeedPage>> + Send + 'static,
     {
         let Ok(permit) = self.permits.clone().try_acquire_owned() else {
             return;
@@ -137,7 +145,7 @@ impl PagesAhead {
             let page = ahead
                 .pages
                 .get_with(key.clone(), async {
-                    let page = read.await.filter(|page| page.more).map(Arc::new);
+                    let page = read.await.filter(|p| p.page.more).map(Arc::new);
                     if page.is_some() {
                         metrics::counter!(PAGES_AHEAD.name, "outcome" => "prepared").increment(1);
                     }

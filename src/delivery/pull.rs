@@ -34,9 +34,9 @@ const SCAN_BUDGET: usize = 1_000_000;
 /// Chunks a reader has rendered ahead of the one it reads, and windows it has decoded
 /// ahead of its page, at most.
 const MAX_AHEAD: usize = 3;
-/// Pages of the same size whose windows a reader decodes ahead: a window takes longer to
-/// decode than a page of it takes to send, so decoding it only for the very next page
-/// left the reader waiting for it.
+/// Pages of the same size a reader prepares ahead (renders their chunks, or decodes their
+/// windows): a window takes longer to decode than a page of it takes to send, so
+/// preparing only the very next page left the reader waiting for it.
 const PAGES_AHEAD: usize = 2;
 /// Rows read at a time while filtering (a filtered page cannot know how many it needs).
 const FILTER_CHUNK: usize = 8192;
@@ -513,7 +513,7 @@ impl Feed {
 
     /// Renders in the background, into the shared cache, the chunks of `segments` that
     /// the next [`PAGES_AHEAD`] pages of the same size after `next` would read (and at
-    /// least the chunk after `next`'s, up to [`MAX_AHEAD`]), each on a thread of its own:
+    /// least the chunk after `next`'s, up to [`MAX_AHEAD`]), each in a task of its own:
     /// the other core renders them while this page is copied, sent and parsed. Readers
     /// asking for one of them meanwhile wait for it; a failure is left for a reader to
     /// meet.

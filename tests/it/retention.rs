@@ -2,8 +2,10 @@
 //! still needs, unless a hard limit says so), their segments deleted after the grace,
 //! and positions before the pruned prefix answer 410 with the earliest position.
 
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
+use iceberg::table::Table;
 use serde_json::{Value, json};
 
 use crate::fixtures::{orders, orders_schema};
@@ -25,6 +27,23 @@ async fn wait_pruned_through(node: &Node, table: &str, ordinal: i64) -> Value {
     .await
 }
 
+/// `shop.orders` holding orders `ids`, registered on `node` with `options` and exported:
+/// the table's id, and the table.
+async fn exported_orders(
+    wh: &Warehouse,
+    node: &Node,
+    ids: RangeInclusive<i64>,
+    options: Value,
+) -> (String, Table) {
+    let t = wh.create("shop.orders", orders_schema(), None).await;
+    let t = wh.append(&t, &[orders(ids)]).await;
+    let table = node
+        .register(&wh.registration("shop.orders", options))
+        .await;
+    node.wait_for_checkpoint(&table, head(&t)).await;
+    (table, t)
+}
+
 /// Change sets of `table` that still have segment files in the change store.
 fn change_sets_with_segments(store: &std::path::Path, table: &str) -> usize {
     let dir = store.join("tables").join(table).join("change-sets");
@@ -43,12 +62,13 @@ fn change_sets_with_segments(store: &std::path::Path, table: &str) -> usize {
 async fn old_change_sets_are_pruned_and_old_positions_are_gone() {
     let wh = Warehouse::new().await;
     let (node, store) = retention_node().await;
-    let mut t = wh.create("shop.orders", orders_schema(), None).await;
-    t = wh.append(&t, &[orders(1..=2)]).await;
-    let table = node
-        .register(&wh.registration("shop.orders", json!({"retention": {"max_change_sets": 2}})))
-        .await;
-    node.wait_for_checkpoint(&table, head(&t)).await;
+    let (table, mut t) = exported_orders(
+        &wh,
+        &node,
+        1..=2,
+        json!({"retention": {"max_change_sets": 2}}),
+    )
+    .await;
     let (_, first) = node
         .get(&format!("/v1/tables/{table}/changes?limit=1"))
         .await;
@@ -118,12 +138,7 @@ async fn old_change_sets_are_pruned_and_old_positions_are_gone() {
 async fn a_hard_limit_prunes_under_a_subscription_which_then_gets_410() {
     let wh = Warehouse::new().await;
     let (node, _store) = retention_node().await;
-    let mut t = wh.create("shop.orders", orders_schema(), None).await;
-    t = wh.append(&t, &[orders(1..=2)]).await;
-    let table = node
-        .register(&wh.registration("shop.orders", json!({})))
-        .await;
-    node.wait_for_checkpoint(&table, head(&t)).await;
+    let (table, mut t) = exported_orders(&wh, &node, 1..=2, json!({})).await;
     let (status, _) = node
         .post(
             "/v1/subscriptions",
@@ -222,12 +237,7 @@ async fn garbage_outlives_the_node_that_made_it() {
     // This node's janitor never runs: it "dies" before deleting anything.
     settings.retention.interval = Duration::from_secs(3600);
     let node = Node::start(settings.clone()).await;
-    let mut t = wh.create("shop.orders", orders_schema(), None).await;
-    t = wh.append(&t, &[orders(1..=3)]).await;
-    let table = node
-        .register(&wh.registration("shop.orders", json!({"start": "earliest"})))
-        .await;
-    node.wait_for_checkpoint(&table, head(&t)).await;
+    let (table, mut t) = exported_orders(&wh, &node, 1..=3, json!({"start": "earliest"})).await;
     // A copy-on-write rewrite goes through the shuffle.
     t = wh.overwrite_all(&t, &[orders(1..=2)]).await;
     node.wait_for_checkpoint(&table, head(&t)).await;
@@ -258,12 +268,13 @@ async fn garbage_outlives_the_node_that_made_it() {
 async fn a_page_prepared_ahead_is_not_answered_once_its_start_is_pruned() {
     let wh = Warehouse::new().await;
     let (node, _store) = retention_node().await;
-    let mut t = wh.create("shop.orders", orders_schema(), None).await;
-    t = wh.append(&t, &[orders(1..=3)]).await;
-    let table = node
-        .register(&wh.registration("shop.orders", json!({"retention": {"max_change_sets": 1}})))
-        .await;
-    node.wait_for_checkpoint(&table, head(&t)).await;
+    let (table, mut t) = exported_orders(
+        &wh,
+        &node,
+        1..=3,
+        json!({"retention": {"max_change_sets": 1}}),
+    )
+    .await;
     // The first page leaves more, so the node prepares the one after it in memory.
     let prepared = "icefeed_delivery_pages_ahead_total{outcome=\"prepared\"}";
     let before = counter(&node, prepared).await;
