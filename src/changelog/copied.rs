@@ -12,10 +12,12 @@
 use arrow::array::{
     Array, ArrayRef, ArrowNativeTypeOp, AsArray, RecordBatch, downcast_primitive, make_comparator,
 };
-use arrow::buffer::BooleanBuffer;
+use arrow::buffer::{BooleanBuffer, NullBuffer};
 use arrow::compute::SortOptions;
 use arrow::compute::kernels::cmp::not_distinct;
-use arrow::datatypes::DataType;
+use arrow::datatypes::{
+    BinaryType, DataType, LargeBinaryType, LargeUtf8Type, ToByteSlice, Utf8Type,
+};
 use arrow::error::ArrowError;
 
 /// How far past a difference the walk looks for the copies to go on: a run of up to
@@ -57,10 +59,10 @@ pub fn copied_in_order(
         run.map(|n| n == 1)
     };
     let (mut r, mut a) = (Row::first(removed), Row::first(added));
-    let mut misses = 0;
+    let (mut misses, mut window) = (0, MIN_WINDOW);
     while let (Some(rr), Some(ar)) = (r, a) {
         let (rb, ab) = (&removed[rr.batch], &added[ar.batch]);
-        let n = WINDOW
+        let n = window
             .min(rb.num_rows() - rr.row)
             .min(ab.num_rows() - ar.row);
         let same = equal_run(rb, rr.row, ab, ar.row, n, columns)?;
@@ -71,8 +73,10 @@ pub fn copied_in_order(
             misses = 0;
         }
         if same == n {
+            window = (window * 2).min(MAX_WINDOW);
             continue;
         }
+        window = MIN_WINDOW;
         let (Some(rr), Some(ar)) = (r, a) else { break };
         // A difference: the rows just after it that are equal again say what it was (an
         // update, deleted rows or inserted rows); the rows stepped over stay unpaired.
@@ -101,9 +105,12 @@ pub fn copied_in_order(
     Ok(copied)
 }
 
-/// Rows compared at once while the sides stay in step; a window past the next difference
-/// costs little (see [`equal_run`]).
-const WINDOW: usize = 2048;
+/// Rows compared at once: the window starts small after a difference and doubles while
+/// the sides stay equal. Every column before the one that differs compares the whole
+/// window (see [`equal_run`]), so a fixed large window would cost many times the run when
+/// differences are a few hundred rows apart (an update of every 200th row).
+const MIN_WINDOW: usize = 64;
+const MAX_WINDOW: usize = 2048;
 
 /// How many of the `n` rows from `r` of `removed` and from `a` of `added` are equal to
 /// each other before the first that is not, a column at a time: each column compares
@@ -126,8 +133,9 @@ fn equal_run(
 }
 
 /// How many of the `n` values from `r` of `left` and from `a` of `right` are equal before
-/// the first that is not. Values without nulls of the common types are compared in
-/// place; the rest by the comparison kernel (or, nested, the comparator).
+/// the first that is not (nulls equal nulls). Primitive and byte array values are
+/// compared in place, 64 at a time; other types by the comparison kernel (or, nested,
+/// the comparator).
 fn column_run(
     left: &ArrayRef,
     r: usize,
@@ -135,26 +143,49 @@ fn column_run(
     a: usize,
     n: usize,
 ) -> Result<usize, ArrowError> {
-    let no_nulls = |array: &ArrayRef, at: usize| {
-        array
-            .nulls()
-            .is_none_or(|nulls| nulls.slice(at, n).null_count() == 0)
+    let in_place = |equal: &dyn Fn(usize, usize) -> u64| {
+        let (lv, rv) = (left.nulls(), right.nulls());
+        masked_run(n, |at, len| {
+            let (lvalid, rvalid) = (valid_bits(lv, r + at, len), valid_bits(rv, a + at, len));
+            // Equal where both hold equal values or both are null.
+            (lvalid & rvalid & equal(at, len)) | !(lvalid | rvalid)
+        })
     };
-    if left.data_type() == right.data_type() && no_nulls(left, r) && no_nulls(right, a) {
-        macro_rules! in_place {
-            ($t:ty) => {
-                return Ok(values_run(
-                    &left.as_primitive::<$t>().values()[r..r + n],
-                    &right.as_primitive::<$t>().values()[a..a + n],
-                ))
-            };
+    if left.data_type() == right.data_type() {
+        macro_rules! primitive {
+            ($t:ty) => {{
+                let (l, rt) = (left.as_primitive::<$t>(), right.as_primitive::<$t>());
+                let (l, rt) = (&l.values()[r..r + n], &rt.values()[a..a + n]);
+                return Ok(in_place(&|at, len| {
+                    let (x, y) = (&l[at..at + len], &rt[at..at + len]);
+                    // Most chunks of a copy hold the same bytes, compared at once; equal
+                    // bytes are equal values (floats compare by their bits).
+                    if x.to_byte_slice() == y.to_byte_slice() {
+                        u64::MAX
+                    } else {
+                        equal_mask(x.iter().zip(y), |(x, y)| x.is_eq(*y))
+                    }
+                }));
+            }};
+        }
+        macro_rules! bytes {
+            ($t:ty) => {{
+                let (l, rt) = (left.as_bytes::<$t>(), right.as_bytes::<$t>());
+                return Ok(in_place(&|at, len| {
+                    let (from, to) = ((r + at..r + at + len), (a + at..a + at + len));
+                    equal_mask(from.zip(to), |(i, j)| {
+                        let (x, y): (&[u8], &[u8]) = (l.value(i).as_ref(), rt.value(j).as_ref());
+                        x == y
+                    })
+                }));
+            }};
         }
         downcast_primitive! {
-            left.data_type() => (in_place),
-            DataType::Utf8 => {
-                let (left, right) = (left.as_string::<i32>(), right.as_string::<i32>());
-                return Ok((0..n).take_while(|&i| left.value(r + i) == right.value(a + i)).count());
-            }
+            left.data_type() => (primitive),
+            DataType::Utf8 => bytes!(Utf8Type),
+            DataType::LargeUtf8 => bytes!(LargeUtf8Type),
+            DataType::Binary => bytes!(BinaryType),
+            DataType::LargeBinary => bytes!(LargeBinaryType),
             _ => {}
         }
     }
@@ -168,12 +199,48 @@ fn column_run(
     ))
 }
 
-/// How many values at the start of both slices are equal (floats by their bits).
-fn values_run<T: ArrowNativeTypeOp>(left: &[T], right: &[T]) -> usize {
-    left.iter()
-        .zip(right)
-        .position(|(l, r)| !l.is_eq(*r))
-        .unwrap_or(left.len())
+/// How many of `n` positions are equal before the first that is not, from `equal(at,
+/// len)`: a mask of which of the `len` (at most 64) positions from `at` are equal.
+fn masked_run(n: usize, equal: impl Fn(usize, usize) -> u64) -> usize {
+    let mut at = 0;
+    while at < n {
+        let len = (n - at).min(64);
+        let ones = equal(at, len).trailing_ones() as usize;
+        if ones < len {
+            return at + ones;
+        }
+        at += len;
+    }
+    n
+}
+
+/// Bit `i` set where the `i`th of up to 64 pairs is equal; branch-free, so that the
+/// compiler can compare several at once.
+fn equal_mask<P>(pairs: impl Iterator<Item = P>, eq: impl Fn(P) -> bool) -> u64 {
+    pairs
+        .enumerate()
+        .fold(0, |mask, (i, pair)| mask | (u64::from(eq(pair)) << i))
+}
+
+/// The validity of the `len` (at most 64) values from `at`, a bit each: all set without
+/// a null buffer.
+fn valid_bits(nulls: Option<&NullBuffer>, at: usize, len: usize) -> u64 {
+    let Some(nulls) = nulls else {
+        return u64::MAX;
+    };
+    let bits = nulls.inner();
+    let offset = bits.offset() + at;
+    let bytes = &bits.values()[offset / 8..];
+    // Up to 9 bytes hold 64 bits from any bit offset.
+    let mut word = [0u8; 16];
+    let taken = bytes.len().min(9);
+    word[..taken].copy_from_slice(&bytes[..taken]);
+    let word = (u128::from_le_bytes(word) >> (offset % 8)) as u64;
+    if len == 64 {
+        word
+    } else {
+        word & ((1 << len) - 1)
+    }
 }
 
 /// How many bits at the start of `bits` are set.
@@ -326,6 +393,55 @@ mod tests {
         let empty = strings(&[Some("x"), Some(""), Some("c")]);
         assert_eq!(run(&nulls, 0, &nulls, 0, 3), 3);
         assert_eq!(run(&nulls, 0, &empty, 0, 3), 1);
+    }
+
+    #[test]
+    fn runs_match_a_value_by_value_comparison_across_words_offsets_and_nulls() {
+        use arrow::array::{BinaryArray, Int32Array, LargeStringArray};
+        use rand::rngs::StdRng;
+        use rand::{Rng, SeedableRng};
+        let mut rng = StdRng::seed_from_u64(0x64);
+        for round in 0..400 {
+            let len = rng.random_range(1..300);
+            // Few distinct values and frequent nulls, so long equal runs end anywhere.
+            let values: Vec<Option<i32>> = (0..len)
+                .map(|_| (rng.random_range(0..4) > 0).then(|| rng.random_range(0..2)))
+                .collect();
+            let mut other = values.clone();
+            for _ in 0..rng.random_range(0..4) {
+                let i = rng.random_range(0..len);
+                other[i] = match other[i] {
+                    Some(v) if rng.random_bool(0.5) => Some(v + 1),
+                    Some(_) => None,
+                    None => Some(0),
+                };
+            }
+            let array = |v: &[Option<i32>]| -> ArrayRef {
+                match round % 4 {
+                    0 => Arc::new(Int32Array::from(v.to_vec())),
+                    1 => Arc::new(Float64Array::from_iter(v.iter().map(|x| x.map(f64::from)))),
+                    2 => Arc::new(LargeStringArray::from_iter(
+                        v.iter().map(|x| x.map(|x| "s".repeat(x as usize))),
+                    )),
+                    _ => Arc::new(BinaryArray::from_iter(
+                        v.iter().map(|x| x.map(|x| vec![7u8; x as usize])),
+                    )),
+                }
+            };
+            // Sliced arrays, so that values and nulls start at offsets within a byte.
+            let cut = rng.random_range(0..len);
+            let (left, right) = (array(&values).slice(cut, len - cut), array(&other));
+            let (r, a) = (rng.random_range(0..len - cut), rng.random_range(0..len));
+            let n = rng.random_range(0..=(len - cut - r).min(len - a));
+            let want = (0..n)
+                .take_while(|&i| values[cut + r + i] == other[a + i])
+                .count();
+            assert_eq!(
+                column_run(&left, r, &right, a, n).unwrap(),
+                want,
+                "round {round}: cut {cut}, r {r}, a {a}, n {n}"
+            );
+        }
     }
 
     #[test]
