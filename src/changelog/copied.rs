@@ -19,6 +19,7 @@ use arrow::datatypes::{
     BinaryType, DataType, LargeBinaryType, LargeUtf8Type, ToByteSlice, Utf8Type,
 };
 use arrow::error::ArrowError;
+use arrow::util::bit_chunk_iterator::BitChunks;
 
 /// How far past a difference the walk looks for the copies to go on: a run of up to
 /// this many changed, deleted or inserted rows in a row keeps it in step.
@@ -229,18 +230,8 @@ fn valid_bits(nulls: Option<&NullBuffer>, at: usize, len: usize) -> u64 {
         return u64::MAX;
     };
     let bits = nulls.inner();
-    let offset = bits.offset() + at;
-    let bytes = &bits.values()[offset / 8..];
-    // Up to 9 bytes hold 64 bits from any bit offset.
-    let mut word = [0u8; 16];
-    let taken = bytes.len().min(9);
-    word[..taken].copy_from_slice(&bytes[..taken]);
-    let word = (u128::from_le_bytes(word) >> (offset % 8)) as u64;
-    if len == 64 {
-        word
-    } else {
-        word & ((1 << len) - 1)
-    }
+    let chunks = BitChunks::new(bits.values(), bits.offset() + at, len);
+    chunks.iter_padded().next().unwrap_or(0)
 }
 
 /// How many bits at the start of `bits` are set.

@@ -179,7 +179,6 @@ pub const PAGES_AHEAD: Metric = counter(
     "Table pages prepared while their consumer took the page before (outcome=prepared), \
      and requests answered with one (outcome=answered)",
 );
-
 pub const EVENTS_RENDERED: Metric = counter(
     "icefeed_delivery_events_rendered_total",
     Count,
