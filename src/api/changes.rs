@@ -2,8 +2,6 @@
 //! the events were read with.
 //! Must not reach: `changelog`, `workers` (handlers read what workers published).
 
-use std::sync::Arc;
-
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
@@ -182,7 +180,7 @@ pub async fn get_changes(
     };
     let page = match state.pages_ahead.take(&key, &table).await {
         Some(prepared) => prepared,
-        None => Arc::new(
+        None => {
             state
                 .notifier
                 .long_poll(
@@ -191,8 +189,8 @@ pub async fn get_changes(
                     || read_page(&state, &table, &key),
                     |p| p.page.count == 0 && !p.page.more,
                 )
-                .await?,
-        ),
+                .await?
+        }
     };
     prepare_next(&state, &table, &key, &page);
     Ok(page.page.response())

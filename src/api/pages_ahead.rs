@@ -66,11 +66,19 @@ pub struct FeedPage {
     pub next: Position,
 }
 
+/// A prepared page, until its consumer takes it out: the cache may hold a removed entry
+/// a while longer, and a page's body is megabytes (its buffer goes to the next body once
+/// sent, see [`crate::delivery::bodies`]).
+struct Prepared {
+    bytes: u32,
+    page: Mutex<Option<FeedPage>>,
+}
+
 /// The pages a node prepared ahead of their consumers; cheap to clone.
 #[derive(Clone)]
 pub struct PagesAhead {
     /// `None` while a preparation found nothing worth keeping, until it is dropped.
-    pages: Cache<PageKey, Option<Arc<FeedPage>>>,
+    pages: Cache<PageKey, Option<Arc<Prepared>>>,
     /// Pages being prepared: their consumer waits for them instead of reading again.
     preparing: Arc<Mutex<HashSet<PageKey>>>,
     permits: Arc<Semaphore>,
@@ -81,10 +89,8 @@ impl Default for PagesAhead {
         Self {
             pages: Cache::builder()
                 .max_capacity(CACHE_BYTES)
-                .weigher(|_, prepared: &Option<Arc<FeedPage>>| {
-                    prepared
-                        .as_ref()
-                        .map_or(0, |p| p.page.body.len().try_into().unwrap_or(u32::MAX))
+                .weigher(|_, prepared: &Option<Arc<Prepared>>| {
+                    prepared.as_ref().map_or(0, |p| p.bytes)
                 })
                 .time_to_live(KEPT_FOR)
                 .build(),
@@ -97,7 +103,7 @@ impl Default for PagesAhead {
 impl PagesAhead {
     /// The page at `key`, if one was prepared (or is being prepared: then once it is)
     /// and `table`, as just loaded, still keeps its start. Each page is taken once.
-    pub async fn take(&self, key: &PageKey, table: &SourceTable) -> Option<Arc<FeedPage>> {
+    pub async fn take(&self, key: &PageKey, table: &SourceTable) -> Option<FeedPage> {
         if table.floor().is_gone(key.after) {
             // Pruned since: the page's own read answers that, as it would have.
             self.pages.invalidate(key).await;
@@ -112,8 +118,9 @@ impl PagesAhead {
             return None;
         }
         // Waits for a preparation in flight; otherwise finds the page or nothing.
-        let page = self.pages.get_with(key.clone(), async { None }).await;
+        let prepared = self.pages.get_with(key.clone(), async { None }).await;
         self.pages.invalidate(key).await;
+        let page = prepared.and_then(|p| p.page.lock().expect("prepared page").take());
         if page.is_some() {
             metrics::counter!(PAGES_AHEAD.name, "outcome" => "answered").increment(1);
         }
@@ -145,7 +152,12 @@ impl PagesAhead {
             let page = ahead
                 .pages
                 .get_with(key.clone(), async {
-                    let page = read.await.filter(|p| p.page.more).map(Arc::new);
+                    let page = read.await.filter(|p| p.page.more).map(|page| {
+                        Arc::new(Prepared {
+                            bytes: page.page.body.len().try_into().unwrap_or(u32::MAX),
+                            page: Mutex::new(Some(page)),
+                        })
+                    });
                     if page.is_some() {
                         metrics::counter!(PAGES_AHEAD.name, "outcome" => "prepared").increment(1);
                     }

@@ -8,6 +8,7 @@ use std::ops::Range;
 use chrono::{DateTime, SecondsFormat, SubsecRound, Utc};
 use iceberg::spec::NestedFieldRef;
 
+use super::bodies;
 use super::error::FeedError;
 use super::events::{EventBatch, EventSink, Image, RenderedSink, RowLineage};
 use super::rendered::RenderedChunk;
@@ -78,7 +79,7 @@ impl<'a> JsonSink<'a> {
         limit: usize,
     ) -> Self {
         Self {
-            body: Vec::with_capacity(limit.min(1024) * 256),
+            body: bodies::buffer(limit.min(1024) * 256),
             count: 0,
             limit,
             framing,

@@ -5,6 +5,7 @@
 //! (delivery renders and sends; the HTTP layer and workers call it).
 
 pub mod arrow_page;
+pub mod bodies;
 mod decoded;
 mod error;
 mod events;
