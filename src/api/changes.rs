@@ -192,7 +192,7 @@ pub async fn get_changes(
                 .await?
         }
     };
-    prepare_next(&state, &table, &key, &page);
+    prepare_next(&state, &table, &key, &page).await;
     Ok(page.page.response())
 }
 
@@ -219,18 +219,20 @@ async fn read_page(
     })
 }
 
-/// Prepares the page after `page` (read at `key`) while its consumer takes it, if more
+/// Prepares the pages after `page` (read at `key`) while its consumer takes it, if more
 /// events follow it.
-fn prepare_next(state: &AppState, table: &SourceTable, key: &PageKey, page: &FeedPage) {
+async fn prepare_next(state: &AppState, table: &SourceTable, key: &PageKey, page: &FeedPage) {
     if !page.page.more {
         return;
     }
-    let key = key.after(page.next);
     let read = {
-        let (state, table, key) = (state.clone(), table.clone(), key.clone());
-        async move { read_page(&state, &table, &key).await.ok() }
+        let (state, table) = (state.clone(), table.clone());
+        move |key: PageKey| {
+            let (state, table) = (state.clone(), table.clone());
+            async move { read_page(&state, &table, &key).await.ok() }
+        }
     };
-    state.pages_ahead.prepare(key, read);
+    state.pages_ahead.prepare_after(key, page.next, read).await;
 }
 
 problems! {
