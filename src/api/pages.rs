@@ -17,7 +17,7 @@ use crate::changes::Position;
 use crate::changes::json::{JsonOptions, LongMode};
 use crate::delivery::json_page::CursorFn;
 use crate::delivery::selection::split_list;
-use crate::delivery::{ArrowSink, EventSink, Framing, JsonSink, Selection, SelectionError, bodies};
+use crate::delivery::{ArrowSink, EventSink, Framing, JsonSink, Selection, SelectionError};
 use crate::store::SourceTable;
 
 /// NDJSON media type.
@@ -272,7 +272,7 @@ impl<'a> PageSink<'a> {
         };
         Ok(ReadyPage {
             content_type,
-            body: bodies::into_bytes(body),
+            body: body.into(),
             count,
             next: tail.next,
             more: tail.more,

@@ -72,8 +72,7 @@ pub struct FeedPage {
 }
 
 /// A prepared page, until its consumer takes it out: the cache may hold a removed entry
-/// a while longer, and a page's body is megabytes (its buffer goes to the next body once
-/// sent, see [`crate::delivery::bodies`]).
+/// a while longer (until its housekeeping runs), and a page's body is megabytes.
 struct Prepared {
     bytes: u32,
     page: Mutex<Option<FeedPage>>,

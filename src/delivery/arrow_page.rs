@@ -13,7 +13,6 @@ use arrow::compute::{cast, interleave};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::ipc::writer::StreamWriter;
 
-use super::bodies;
 use super::error::FeedError;
 use super::events::{EventBatch, EventSink};
 use crate::change::{Anomaly, LAST_UPDATED, Op, ROW_ID};
@@ -71,7 +70,7 @@ impl ArrowSink {
             }
             (None, None) => output_schema(Vec::new()),
         };
-        let mut out = bodies::buffer(encoded_size(&schema, &self.batches));
+        let mut out = Vec::with_capacity(encoded_size(&schema, &self.batches));
         let mut writer = StreamWriter::try_new(&mut out, &schema)?;
         for batch in &self.batches {
             writer.write(batch)?;

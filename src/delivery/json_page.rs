@@ -8,7 +8,6 @@ use std::ops::Range;
 use chrono::{DateTime, SecondsFormat, SubsecRound, Utc};
 use iceberg::spec::NestedFieldRef;
 
-use super::bodies;
 use super::error::FeedError;
 use super::events::{EventBatch, EventSink, Image, RenderedSink, RowLineage};
 use super::rendered::RenderedChunk;
@@ -79,7 +78,7 @@ impl<'a> JsonSink<'a> {
         limit: usize,
     ) -> Self {
         Self {
-            body: bodies::buffer(limit.min(1024) * 256),
+            body: Vec::with_capacity(limit.min(1024) * 256),
             count: 0,
             limit,
             framing,

@@ -5,7 +5,6 @@
 //! (delivery renders and sends; the HTTP layer and workers call it).
 
 pub mod arrow_page;
-pub mod bodies;
 mod decoded;
 mod error;
 mod events;

@@ -13,7 +13,6 @@ use bytes::Bytes;
 use futures::Stream;
 use tokio::time::Instant;
 
-use super::bodies;
 use super::notify::{ChangeWaiter, Stopped};
 use crate::telemetry::metric::{EVENTS_STREAMED, OPEN_STREAMS};
 
@@ -120,7 +119,7 @@ impl<S, F> Machine<S, F> {
             if page.count > 0 {
                 metrics::counter!(EVENTS_STREAMED.name).increment(page.count as u64);
                 self.last_sent = Instant::now();
-                return Some(Ok(bodies::into_bytes(page.body)));
+                return Some(Ok(Bytes::from(page.body)));
             }
         }
     }
