@@ -294,6 +294,7 @@ mod tests {
         ahead
             .prepare_after(&key(0), at(10), reader(reads.clone()))
             .await;
+        prepared(&ahead, 10).await;
         prepared(&ahead, 20).await;
         assert_eq!(ahead.prepared_end(&key(10)).await, Some(at(20)));
         assert_eq!(ahead.prepared_end(&key(20)).await, Some(at(30)));
