@@ -275,15 +275,24 @@ mod tests {
         }
     }
 
-    async fn prepared(ahead: &PagesAhead, after: i64) {
+    /// Waits up to 5 s for `done`; panics with `what` otherwise.
+    async fn eventually(what: &str, mut done: impl AsyncFnMut() -> bool) {
         let wait = async {
-            while ahead.prepared_end(&key(after)).await.is_none() {
+            while !done().await {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         };
         tokio::time::timeout(Duration::from_secs(5), wait)
             .await
-            .unwrap_or_else(|_| panic!("the page after {after} was not prepared"));
+            .unwrap_or_else(|_| panic!("{what}"));
+    }
+
+    async fn prepared(ahead: &PagesAhead, after: i64) {
+        let what = format!("the page after {after} was not prepared");
+        eventually(&what, async || {
+            ahead.prepared_end(&key(after)).await.is_some()
+        })
+        .await;
     }
 
     #[tokio::test]
@@ -321,16 +330,10 @@ mod tests {
             .await;
         prepared(&ahead, 80).await;
         // 90..100 was prepared after 80..90, and not kept: nothing follows it.
-        let last_done = async {
-            while reads.lock().unwrap().len() < 2
-                || ahead.preparing.lock().unwrap().contains(&key(90))
-            {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(5), last_done)
-            .await
-            .unwrap();
+        eventually("the last page was not prepared", async || {
+            reads.lock().unwrap().len() >= 2 && !ahead.preparing.lock().unwrap().contains(&key(90))
+        })
+        .await;
         assert_eq!(*reads.lock().unwrap(), [80, 90]);
         assert_eq!(ahead.prepared_end(&key(90)).await, None);
     }
