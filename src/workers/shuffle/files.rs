@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use arrow::array::{ArrayRef, AsArray, Int8Array, RecordBatch};
 use arrow::compute::kernels::cmp::eq;
-use arrow::compute::{filter_record_batch, interleave_record_batch};
+use arrow::compute::{concat_batches, filter_record_batch, interleave_record_batch};
 use arrow::datatypes::{DataType, Field, Int8Type, Schema, SchemaRef};
 use arrow::error::ArrowError;
 use arrow::ipc::CompressionType;
@@ -59,8 +59,22 @@ pub fn with_sides(
     RecordBatch::try_new(shuffled.clone(), columns)
 }
 
+/// The deleted, inserted and regained rows of the shuffled `parts`, in the table's
+/// `schema`. The parts are put together before they are split: a reduce reads a part per
+/// map task and bucket, often of a few rows, and filtering each of them apart cost more
+/// than their rows.
+pub async fn read_sides(
+    changes: &ChangeStore,
+    parts: &[BucketFile],
+    schema: &SchemaRef,
+) -> Result<[RecordBatch; 3], TaskError> {
+    let batches = read_parts(changes, parts).await?;
+    let all = concat_batches(&shuffled_schema(schema), &batches).map_err(TaskError::compute)?;
+    split_sides(schema, &all)
+}
+
 /// The deleted, inserted and regained rows of a shuffled batch, in the table's `schema`.
-pub fn split_sides(schema: &SchemaRef, batch: &RecordBatch) -> Result<[RecordBatch; 3], TaskError> {
+fn split_sides(schema: &SchemaRef, batch: &RecordBatch) -> Result<[RecordBatch; 3], TaskError> {
     let side = batch
         .column_by_name(SIDE)
         .and_then(|c| c.as_primitive_opt::<Int8Type>())

@@ -4,7 +4,7 @@
 
 use arrow::compute::concat_batches;
 
-use super::files::{read_parts, split_sides};
+use super::files::read_sides;
 use super::{ReduceResult, ReduceTask};
 use crate::change::{ChangeRow, Survivors};
 use crate::changelog::carryover::{PairError, pair};
@@ -24,20 +24,13 @@ pub async fn run_reduce(
         .open(task.table_id, reduce.schema_id, reduce.lineage)
         .await?;
     let schema = opened.read.batch_schema();
-    let (mut deleted, mut inserted, mut regained) = (Vec::new(), Vec::new(), Vec::new());
-    for batch in read_parts(&ctx.changes, &reduce.inputs).await? {
-        let [d, i, r] = split_sides(&schema, &batch)?;
-        deleted.push(d);
-        inserted.push(i);
-        regained.push(r);
-    }
+    let [deleted, inserted, regained] = read_sides(&ctx.changes, &reduce.inputs, &schema).await?;
     // Regained rows follow the others; pairing orders changes by key, not by row.
-    let gained: usize = inserted.iter().map(|b| b.num_rows()).sum();
-    let all: usize = gained + regained.iter().map(|b| b.num_rows()).sum::<usize>();
-    inserted.extend(regained);
+    let gained = inserted.num_rows();
+    let all = gained + regained.num_rows();
     let survivors = Survivors {
-        deleted: concat_batches(&schema, &deleted).map_err(TaskError::compute)?,
-        inserted: concat_batches(&schema, &inserted).map_err(TaskError::compute)?,
+        deleted,
+        inserted: concat_batches(&schema, [&inserted, &regained]).map_err(TaskError::compute)?,
         regained: (gained as u32..all as u32).collect(),
     };
     // Pairing and encoding are CPU work on all of the task's rows: off the async workers.

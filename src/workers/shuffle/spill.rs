@@ -14,7 +14,7 @@ use arrow::row::RowConverter;
 use futures::TryStreamExt;
 
 use super::files::{
-    DELETED, INSERTED, Partitioned, REGAINED, read_parts, shuffled_schema, split_sides, with_side,
+    DELETED, INSERTED, Partitioned, REGAINED, read_sides, shuffled_schema, with_side,
 };
 use super::map::{Buckets, cancel};
 use super::{BucketFile, MapTask, estimated_memory};
@@ -80,14 +80,9 @@ pub(super) async fn cancel_spilled(
         by_partition[part.bucket as usize].push(part.clone());
     }
     for parts in by_partition.iter().filter(|p| !p.is_empty()) {
-        let (mut removed, mut added, mut regained) = (Vec::new(), Vec::new(), Vec::new());
-        for batch in read_parts(&ctx.changes, parts).await? {
-            let [deleted, inserted, regains] = split_sides(&schema, &batch)?;
-            removed.push(deleted);
-            added.extend([inserted, regains]);
-            regained.extend([false, true]);
-        }
-        out.push(cancel(&schema, removed, added, regained).await?)
+        let [deleted, inserted, regains] = read_sides(&ctx.changes, parts, &schema).await?;
+        let (removed, added) = (vec![deleted], vec![inserted, regains]);
+        out.push(cancel(&schema, removed, added, vec![false, true]).await?)
             .await?;
     }
     // What a failure leaves behind goes with the snapshot's shuffle files.
