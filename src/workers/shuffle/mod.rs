@@ -411,22 +411,33 @@ pub(crate) fn reduce_inputs(
         by_bucket.entry(file.bucket).or_default().push(file);
     }
     let share = total.div_ceil(MIN_REDUCE_TASKS).max(SPLIT_REDUCES_FROM);
-    coalesce(by_bucket, target.min(share))
+    coalesce(by_bucket, target.min(share), target)
 }
 
-/// Groups consecutive buckets into reduce inputs of up to `target` bytes (a bucket is
-/// never split), as adaptive query execution coalesces small shuffle partitions.
-fn coalesce(by_bucket: BTreeMap<u32, Vec<BucketFile>>, target: u64) -> Vec<Vec<BucketFile>> {
+/// Groups consecutive buckets into reduce inputs of about `share` bytes and never more
+/// than `target` (a bucket is never split), as adaptive query execution coalesces small
+/// shuffle partitions. A bucket goes to the share its middle falls in: cutting wherever
+/// the next bucket would overflow a share instead leaves every share a little short and
+/// their shortfalls a tiny input of their own (one more round of tasks for nothing).
+fn coalesce(
+    by_bucket: BTreeMap<u32, Vec<BucketFile>>,
+    share: u64,
+    target: u64,
+) -> Vec<Vec<BucketFile>> {
+    let share = share.max(1);
     let mut reduces = Vec::new();
     let mut current: Vec<BucketFile> = Vec::new();
-    let mut bytes = 0u64;
+    let (mut bytes, mut before, mut current_share) = (0u64, 0u64, 0u64);
     for files in by_bucket.into_values() {
-        let size: u64 = files.iter().map(|f| f.bytes as u64).sum();
-        if !current.is_empty() && bytes + size > target {
+        let size: u64 = files.iter().map(|f| f.bytes.max(0) as u64).sum();
+        let middle_share = (before + size / 2) / share;
+        if !current.is_empty() && (middle_share != current_share || bytes + size > target) {
             reduces.push(std::mem::take(&mut current));
             bytes = 0;
         }
+        current_share = middle_share;
         bytes += size;
+        before += size;
         current.extend(files);
     }
     if !current.is_empty() {
@@ -460,13 +471,13 @@ mod tests {
         by_bucket.insert(3, vec![file(3, 30)]);
         by_bucket.insert(5, vec![file(5, 500)]);
         by_bucket.insert(9, vec![file(9, 5)]);
-        let reduces = coalesce(by_bucket, 100);
+        let reduces = coalesce(by_bucket, 100, 100);
         let buckets: Vec<Vec<u32>> = reduces
             .iter()
             .map(|r| r.iter().map(|f| f.bucket).collect())
             .collect();
         assert_eq!(buckets, vec![vec![0, 0, 3], vec![5], vec![9]]);
-        assert!(coalesce(BTreeMap::new(), 100).is_empty());
+        assert!(coalesce(BTreeMap::new(), 100, 100).is_empty());
     }
 
     #[test]
@@ -482,6 +493,21 @@ mod tests {
         assert_eq!(reduce_inputs(buckets(16, 1 << 10), 64 << 20).len(), 1);
         // The target still bounds a reduce.
         assert_eq!(reduce_inputs(buckets(16, 1 << 20), 2 << 20).len(), 8);
+    }
+
+    #[test]
+    fn buckets_of_uneven_sizes_make_as_many_reduces_as_shares() {
+        // 64 buckets of 1 MiB to 1.2 MB: four reduces of about a quarter each, not four
+        // a little short of it and a fifth of the two buckets left over.
+        let files = (0..64u32).map(|b| file(b, (1 << 20) + i64::from(b * 37 % 200) * 1000));
+        let reduces = reduce_inputs(files, 64 << 20);
+        assert_eq!(
+            reduces.iter().map(Vec::len).collect::<Vec<_>>(),
+            [16, 16, 16, 16]
+        );
+        // A bucket never joins an input it would take past the target.
+        let by_bucket = (0..8u32).map(|b| (b, vec![file(b, 60)])).collect();
+        assert_eq!(coalesce(by_bucket, 100, 100).len(), 8);
     }
 
     #[test]
