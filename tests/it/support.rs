@@ -32,10 +32,28 @@ pub fn opensearch_url() -> String {
     std::env::var("ICEFEED_TEST_OPENSEARCH_URL").unwrap_or_else(|_| "http://127.0.0.1:9200".into())
 }
 
+/// Names of test databases: the prefix, then the second of the creation (so that later
+/// runs can tell what an earlier run left) and a random part.
+const TEST_DATABASE_PREFIX: &str = "icefeed_test_";
+
+/// Test databases older than this were left by earlier runs (no run takes this long).
+const STALE_AFTER: Duration = Duration::from_secs(3 * 3600);
+
 /// Creates an empty database and returns its URL.
 pub async fn fresh_database() -> String {
+    static SWEEP: std::sync::Once = std::sync::Once::new();
+    SWEEP.call_once(|| {
+        std::thread::spawn(drop_stale_databases);
+    });
     let admin = admin_url();
-    let name = format!("icefeed_test_{}", uuid::Uuid::new_v4().simple());
+    let created = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("the clock is past 1970")
+        .as_secs();
+    let name = format!(
+        "{TEST_DATABASE_PREFIX}{created}_{}",
+        uuid::Uuid::new_v4().simple()
+    );
     let mut conn = sqlx::PgConnection::connect(&admin)
         .await
         .expect("connect to the test PostgreSQL (run the README's test command)");
@@ -45,6 +63,52 @@ pub async fn fresh_database() -> String {
         .expect("create test database");
     let (base, _) = admin.rsplit_once('/').expect("database URL has a path");
     format!("{base}/{name}")
+}
+
+/// Drops the test databases earlier runs left (tests never drop theirs: a failed test's
+/// database is there to look at), in the background: thousands of them fill the disk
+/// and slow PostgreSQL's start. Only databases created more than [`STALE_AFTER`] ago, or
+/// named before names carried their creation, and only those nobody is connected to (a
+/// plain `DROP DATABASE` refuses those), so a run going on beside this one keeps its own.
+fn drop_stale_databases() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime for the sweep");
+    runtime.block_on(async {
+        let Ok(mut conn) = sqlx::PgConnection::connect(&admin_url()).await else {
+            return;
+        };
+        let names: Vec<String> =
+            sqlx::query_scalar("SELECT datname FROM pg_database WHERE datname LIKE $1")
+                .bind(format!("{TEST_DATABASE_PREFIX}%"))
+                .fetch_all(&mut conn)
+                .await
+                .unwrap_or_default();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("the clock is past 1970");
+        for name in names.into_iter().filter(|n| is_stale(n, now)) {
+            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\""))
+                .execute(&mut conn)
+                .await;
+        }
+    });
+}
+
+/// Whether the test database `name` was created more than [`STALE_AFTER`] before `now`
+/// (since the Unix epoch); names without their creation are from before names had it.
+fn is_stale(name: &str, now: Duration) -> bool {
+    let Some(rest) = name.strip_prefix(TEST_DATABASE_PREFIX) else {
+        return false;
+    };
+    match rest
+        .split_once('_')
+        .map(|(created, _)| created.parse::<u64>())
+    {
+        Some(Ok(created)) => now.saturating_sub(Duration::from_secs(created)) > STALE_AFTER,
+        _ => true,
+    }
 }
 
 /// Settings for a test node: random port, fast ticks, short leases.
@@ -514,4 +578,19 @@ pub fn id64(value: &Value) -> Option<i64> {
 /// A 64-bit id as the API writes it.
 pub fn id_json(id: i64) -> Value {
     Value::String(id.to_string())
+}
+
+#[test]
+fn only_test_databases_of_earlier_runs_are_stale() {
+    let now = Duration::from_secs(1_800_000_000);
+    let name = |secs: u64| format!("{TEST_DATABASE_PREFIX}{secs}_0123abcd");
+    assert!(!is_stale(&name(now.as_secs() - 60), now));
+    assert!(is_stale(&name(now.as_secs() - 4 * 3600), now));
+    // Named before names carried their creation.
+    assert!(is_stale(
+        "icefeed_test_0123456789abcdef0123456789abcdef",
+        now
+    ));
+    assert!(!is_stale("icefeed", now));
+    assert!(!is_stale("icefeed_sqlx", now));
 }
