@@ -1,8 +1,8 @@
 //! Map task: cancel carryover within whole partition groups (one group at a time, so the
 //! hash table stays small), then hash what survives by key into buckets, written as
-//! shuffle files (see `files`). Groups whose decoded rows fit
-//! in `scheduler.map_memory_bytes` are cancelled in memory; larger ones go through
-//! `spill`, which feeds the same bucket writer one spill partition at a time.
+//! shuffle files (see `files`). Tasks whose decoded rows fit in
+//! `scheduler.map_memory_bytes` two groups at a time are cancelled in memory; others go
+//! through `spill`, which feeds the same bucket writer one spill partition at a time.
 //! Must not reach: `api`, `delivery`.
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
@@ -29,7 +29,7 @@ pub async fn run_map(
     let schema = opened.read.batch_schema();
     let budget = ctx.map_memory_bytes;
     let mut out = Buckets::new(ctx, task, &schema, &map, budget)?;
-    let spilled_partitions = if estimated_memory(map.input_bytes) <= budget {
+    let spilled_partitions = if estimated_memory(map.held_input_bytes()) <= budget {
         let mut groups = std::pin::pin!(cancel_groups(&opened, map));
         while let Some(group) = groups.try_next().await? {
             out.resurrected += group.resurrected;

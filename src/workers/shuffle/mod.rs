@@ -60,6 +60,23 @@ impl MapTask {
         self.groups.extend(other.groups);
     }
 
+    /// Stored bytes of the most a task holds at once: two consecutive partition groups
+    /// (see `map::cancel_groups`). The whole input for tasks whose files do not say their
+    /// sizes (planned by older versions).
+    pub fn held_input_bytes(&self) -> u64 {
+        let sizes = |files: &[FileRows]| files.iter().map(|f| f.size).collect::<Vec<_>>();
+        let groups: Vec<u64> = self
+            .split_groups(sizes(&self.removed), sizes(&self.added))
+            .iter()
+            .map(|(r, a)| r.iter().chain(a).sum())
+            .collect();
+        let held = match groups.as_slice() {
+            [one] => *one,
+            more => more.windows(2).map(|w| w[0] + w[1]).max().unwrap_or(0),
+        };
+        if held == 0 { self.input_bytes } else { held }
+    }
+
     /// The files' contents (one item per file, in file order) split into the task's
     /// partition groups: (removed, added) per group.
     pub fn split_groups<R, A>(&self, removed: Vec<R>, added: Vec<A>) -> Vec<(Vec<R>, Vec<A>)> {
@@ -315,25 +332,37 @@ pub(crate) fn estimated_memory(stored: u64) -> u64 {
 /// so that every task worker gets a share.
 const MIN_MAP_TASKS: u64 = 8;
 
+/// A map task holds two of its partition groups at a time (one read while the other is
+/// cancelled), so it may take several memory budgets of groups; up to this many, which
+/// keeps a task to about a second of work and leaves a large rewrite enough tasks for a
+/// cluster to share. Fewer, larger tasks spend less of the rewrite between tasks
+/// (recording one, claiming and opening the next: ~18 ms each on the cow benchmark,
+/// while the other task worker, which started with it, does the same).
+const BUDGETS_PER_MAP_TASK: u64 = 4;
+
 /// Packs consecutive partition groups (never split, so carryover within each is complete)
-/// into map tasks of up to `memory` estimated bytes, and of about an eighth of the whole
-/// when that is less: hundreds of small groups make a few tasks, not hundreds.
+/// into map tasks of about an eighth of the whole, of up to [`BUDGETS_PER_MAP_TASK`]
+/// times `memory` estimated bytes, and in which any two consecutive groups fit in
+/// `memory` together: hundreds of small groups make a few tasks, not hundreds.
 fn pack(groups: BTreeMap<String, MapTask>, memory: u64) -> Vec<MapTask> {
     let total: u64 = groups
         .values()
         .map(|g| estimated_memory(g.input_bytes))
         .sum();
-    let target = memory.min(total.div_ceil(MIN_MAP_TASKS));
-    let mut tasks: Vec<MapTask> = Vec::new();
-    for group in groups.into_values() {
-        match tasks.last_mut() {
-            Some(last) if estimated_memory(last.input_bytes + group.input_bytes) <= target => {
-                last.absorb(group)
-            }
-            _ => tasks.push(group),
-        }
-    }
-    tasks
+    let cap = memory.saturating_mul(BUDGETS_PER_MAP_TASK);
+    let sized = groups
+        .into_values()
+        .map(|g| (estimated_memory(g.input_bytes), g));
+    let fits = |run, last, size| run + size <= cap && last + size <= memory;
+    cut_into_shares(sized, cap.min(total.div_ceil(MIN_MAP_TASKS)), fits)
+        .into_iter()
+        .filter_map(|run| {
+            let mut run = run.into_iter();
+            let mut task = run.next()?;
+            run.for_each(|group| task.absorb(group));
+            Some(task)
+        })
+        .collect()
 }
 
 /// The files of a rewrite by partition group (within which carryover is complete), each
@@ -416,34 +445,50 @@ pub(crate) fn reduce_inputs(
 
 /// Groups consecutive buckets into reduce inputs of about `share` bytes and never more
 /// than `target` (a bucket is never split), as adaptive query execution coalesces small
-/// shuffle partitions. A bucket goes to the share its middle falls in: cutting wherever
-/// the next bucket would overflow a share instead leaves every share a little short and
-/// their shortfalls a tiny input of their own (one more round of tasks for nothing).
+/// shuffle partitions.
 fn coalesce(
     by_bucket: BTreeMap<u32, Vec<BucketFile>>,
     share: u64,
     target: u64,
 ) -> Vec<Vec<BucketFile>> {
+    let sized = by_bucket
+        .into_values()
+        .map(|files| (files.iter().map(|f| f.bytes.max(0) as u64).sum(), files));
+    cut_into_shares(sized, share, |run, _, size| run + size <= target)
+        .into_iter()
+        .map(|run| run.into_iter().flatten().collect())
+        .collect()
+}
+
+/// Cuts `items` (each with its size, in order) into runs of about `share`: an item joins
+/// the run of the share its middle falls in, if `joins(run's size, size of the run's
+/// last item, its size)` lets it. Cutting wherever the next item would overflow a share
+/// instead leaves every run a little short and their shortfalls a tiny run of their own
+/// (one more round of tasks for nothing).
+fn cut_into_shares<T>(
+    items: impl IntoIterator<Item = (u64, T)>,
+    share: u64,
+    joins: impl Fn(u64, u64, u64) -> bool,
+) -> Vec<Vec<T>> {
     let share = share.max(1);
-    let mut reduces = Vec::new();
-    let mut current: Vec<BucketFile> = Vec::new();
-    let (mut bytes, mut before, mut current_share) = (0u64, 0u64, 0u64);
-    for files in by_bucket.into_values() {
-        let size: u64 = files.iter().map(|f| f.bytes.max(0) as u64).sum();
+    let mut runs: Vec<Vec<T>> = Vec::new();
+    let (mut run, mut last, mut before, mut run_share) = (0u64, 0u64, 0u64, 0u64);
+    for (size, item) in items {
         let middle_share = (before + size / 2) / share;
-        if !current.is_empty() && (middle_share != current_share || bytes + size > target) {
-            reduces.push(std::mem::take(&mut current));
-            bytes = 0;
+        match runs.last_mut() {
+            Some(current) if middle_share == run_share && joins(run, last, size) => {
+                current.push(item);
+                run += size;
+            }
+            _ => {
+                runs.push(vec![item]);
+                run = size;
+            }
         }
-        current_share = middle_share;
-        bytes += size;
+        (last, run_share) = (size, middle_share);
         before += size;
-        current.extend(files);
     }
-    if !current.is_empty() {
-        reduces.push(current);
-    }
-    reduces
+    runs
 }
 
 fn to_json<T: Serialize>(value: &T) -> serde_json::Value {
@@ -574,6 +619,57 @@ mod tests {
             .map(|i| (format!("{i:02}"), group(&["x"], 10)))
             .collect();
         assert_eq!(pack(many, u64::MAX).len(), 8);
+    }
+
+    #[test]
+    fn tasks_take_several_budgets_of_groups_that_fit_two_at_a_time() {
+        let groups = |sizes: &[u64]| -> BTreeMap<String, MapTask> {
+            sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &size)| (format!("{i:03}"), group(&[&format!("g{i}")], size)))
+                .collect()
+        };
+        // 40 groups of 10 stored bytes (100 in memory) under a budget of 200: an eighth
+        // of the whole per task (five groups), not two groups per task.
+        let tasks = pack(groups(&[10; 40]), 200);
+        assert_eq!(tasks.len(), 8);
+        assert!(tasks.iter().all(|t| t.groups.len() == 5));
+        // Groups of uneven sizes: eight tasks, not eight a little short and a ninth of
+        // what they left.
+        let uneven: Vec<u64> = (0..101).map(|i| [9, 10, 11, 12][i % 4]).collect();
+        assert_eq!(pack(groups(&uneven), u64::MAX).len(), 8);
+        // A large rewrite: no task takes more than four budgets.
+        let tasks = pack(groups(&[10; 400]), 200);
+        assert_eq!(tasks.len(), 50);
+        // Two consecutive groups that do not fit together go to different tasks.
+        let sizes: Vec<u64> = (0..80).map(|i| [15, 15, 5, 5, 10][i % 5]).collect();
+        let tasks = pack(groups(&sizes), 200);
+        let size_of = |f: &FileRows| sizes[f.path[1..].parse::<usize>().unwrap()];
+        for task in &tasks {
+            let held: Vec<u64> = task.removed.iter().map(size_of).collect();
+            assert!(held.windows(2).all(|w| w[0] + w[1] <= 20), "{held:?}");
+        }
+        assert_eq!(tasks.iter().map(|t| t.removed.len()).sum::<usize>(), 80);
+        assert!(tasks.len() < 40, "{} tasks", tasks.len());
+    }
+
+    #[test]
+    fn a_task_holds_its_largest_two_consecutive_groups() {
+        let sized = |path: &str, size: u64| FileRows::whole(path.into(), 1, size, String::new());
+        let mut task = group(&[], 0);
+        task.removed = vec![sized("r1", 10), sized("r2", 30), sized("r3", 5)];
+        task.added = vec![sized("a1", 10), sized("a3", 40)];
+        task.input_bytes = 95;
+        task.groups = vec![(1, 1), (1, 0), (1, 1)];
+        assert_eq!(task.held_input_bytes(), 75);
+        task.groups = vec![(3, 2)];
+        assert_eq!(task.held_input_bytes(), 95);
+        // Files planned without their sizes: the whole input.
+        task.removed = vec![sized("r1", 0), sized("r2", 0), sized("r3", 0)];
+        task.added = vec![sized("a1", 0), sized("a3", 0)];
+        task.groups = vec![(1, 1), (1, 0), (1, 1)];
+        assert_eq!(task.held_input_bytes(), 95);
     }
 
     #[test]
