@@ -46,10 +46,7 @@ pub async fn fresh_database() -> String {
         std::thread::spawn(drop_stale_databases);
     });
     let admin = admin_url();
-    let created = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("the clock is past 1970")
-        .as_secs();
+    let created = since_epoch().as_secs();
     let name = format!(
         "{TEST_DATABASE_PREFIX}{created}_{}",
         uuid::Uuid::new_v4().simple()
@@ -85,15 +82,20 @@ fn drop_stale_databases() {
                 .fetch_all(&mut conn)
                 .await
                 .unwrap_or_default();
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("the clock is past 1970");
+        let now = since_epoch();
         for name in names.into_iter().filter(|n| is_stale(n, now)) {
             let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\""))
                 .execute(&mut conn)
                 .await;
         }
     });
+}
+
+/// Time since the Unix epoch: what test database names carry their creation as.
+fn since_epoch() -> Duration {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("the clock is past 1970")
 }
 
 /// Whether the test database `name` was created more than [`STALE_AFTER`] before `now`

@@ -70,11 +70,11 @@ impl MapTask {
             .iter()
             .map(|(r, a)| r.iter().chain(a).sum())
             .collect();
-        let held = match groups.as_slice() {
-            [one] => *one,
-            more => more.windows(2).map(|w| w[0] + w[1]).max().unwrap_or(0),
-        };
-        if held == 0 { self.input_bytes } else { held }
+        let pairs = groups.windows(2).map(|w| w[0] + w[1]);
+        match groups.iter().copied().chain(pairs).max().unwrap_or(0) {
+            0 => self.input_bytes,
+            held => held,
+        }
     }
 
     /// The files' contents (one item per file, in file order) split into the task's
@@ -357,10 +357,10 @@ fn pack(groups: BTreeMap<String, MapTask>, memory: u64) -> Vec<MapTask> {
     cut_into_shares(sized, cap.min(total.div_ceil(MIN_MAP_TASKS)), fits)
         .into_iter()
         .filter_map(|run| {
-            let mut run = run.into_iter();
-            let mut task = run.next()?;
-            run.for_each(|group| task.absorb(group));
-            Some(task)
+            run.into_iter().reduce(|mut task, group| {
+                task.absorb(group);
+                task
+            })
         })
         .collect()
 }
