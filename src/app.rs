@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
+use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
@@ -78,6 +79,14 @@ pub async fn start(settings: Settings, stop: CancellationToken) -> anyhow::Resul
         .await
         .with_context(|| format!("listening on {}", settings.listen))?;
     let addr = listener.local_addr()?;
+    // Responses are written as they are produced (a page in parts, events of a stream as
+    // they come): without this, each write after the first waits for the client's
+    // acknowledgement of the one before (Nagle's algorithm against delayed ACKs).
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "TCP_NODELAY not set on a connection");
+        }
+    });
     tracing::info!(%addr, node = %node, change_store = %changes.location(), "icefeed listening");
 
     let catalogs = CatalogCache::new(settings.catalog.timeout, reach.clone());
