@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
@@ -17,7 +17,9 @@ use crate::changes::Position;
 use crate::changes::json::{JsonOptions, LongMode};
 use crate::delivery::json_page::CursorFn;
 use crate::delivery::selection::split_list;
-use crate::delivery::{ArrowSink, EventSink, Framing, JsonSink, Selection, SelectionError};
+use crate::delivery::{
+    ArrowSink, EventSink, Framing, JsonSink, PageBody, Selection, SelectionError,
+};
 use crate::store::SourceTable;
 
 /// NDJSON media type.
@@ -246,10 +248,10 @@ impl<'a> PageSink<'a> {
                 let count = sink.count();
                 let mut body = sink.into_body();
                 match format {
-                    Format::Ndjson => (NDJSON, body, count),
+                    Format::Ndjson => (NDJSON, body.into(), count),
                     _ => {
                         close_envelope(&mut body, &tail);
-                        ("application/json", body, count)
+                        ("application/json", body.into(), count)
                     }
                 }
             }
@@ -272,7 +274,7 @@ impl<'a> PageSink<'a> {
         };
         Ok(ReadyPage {
             content_type,
-            body: body.into(),
+            body,
             count,
             next: tail.next,
             more: tail.more,
@@ -284,7 +286,7 @@ impl<'a> PageSink<'a> {
 #[derive(Debug)]
 pub struct ReadyPage {
     pub content_type: &'static str,
-    pub body: Bytes,
+    pub body: PageBody,
     pub count: usize,
     /// The cursor to continue after.
     pub next: String,
@@ -299,7 +301,7 @@ impl ReadyPage {
                 header::CONTENT_TYPE,
                 HeaderValue::from_static(self.content_type),
             )],
-            self.body.clone(),
+            Body::new(self.body.clone()),
         )
             .into_response();
         let headers = response.headers_mut();

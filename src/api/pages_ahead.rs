@@ -74,6 +74,7 @@ pub struct FeedPage {
 /// A prepared page, until its consumer takes it out: the cache may hold a removed entry
 /// a while longer (until its housekeeping runs), and a page's body is megabytes.
 struct Prepared {
+    /// The memory its body keeps alive (`PageBody::held`).
     bytes: u32,
     page: Mutex<Option<FeedPage>>,
 }
@@ -205,7 +206,7 @@ impl PagesAhead {
                 .get_with(key.clone(), async {
                     let page = read.await.filter(|p| p.page.more).map(|page| {
                         Arc::new(Prepared {
-                            bytes: page.page.body.len().try_into().unwrap_or(u32::MAX),
+                            bytes: page.page.body.held().try_into().unwrap_or(u32::MAX),
                             page: Mutex::new(Some(page)),
                         })
                     });
@@ -229,7 +230,6 @@ impl PagesAhead {
 
 #[cfg(test)]
 mod tests {
-    use bytes::Bytes;
 
     use super::*;
 
@@ -265,7 +265,7 @@ mod tests {
             std::future::ready(Some(FeedPage {
                 page: ReadyPage {
                     content_type: "application/x-ndjson",
-                    body: Bytes::from(after.to_string()),
+                    body: after.to_string().into_bytes().into(),
                     count: (next - after) as usize,
                     next: String::new(),
                     more: next < EVENTS,
@@ -311,7 +311,7 @@ mod tests {
 
         // 10..20 answered from memory: 30..40 is prepared; nothing is read twice.
         let page = ahead.take_prepared(&key(10)).await.unwrap();
-        assert_eq!(page.page.body, "10");
+        assert_eq!(page.page.body.to_vec(), b"10");
         assert_eq!(ahead.take_prepared(&key(10)).await.map(|p| p.next), None);
         ahead
             .prepare_after(&key(10), page.next, reader(reads.clone()))

@@ -11,10 +11,11 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray, new_null_array};
 use arrow::compute::{cast, interleave};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use arrow::ipc::writer::StreamWriter;
 
 use super::error::FeedError;
 use super::events::{EventBatch, EventSink};
+use super::ipc_stream::write_stream;
+use super::page_body::PageBody;
 use crate::change::{Anomaly, LAST_UPDATED, Op, ROW_ID};
 use crate::changes::ReadSchema;
 use crate::store::{SegmentRecord, TableId};
@@ -61,7 +62,7 @@ impl ArrowSink {
 
     /// The page as an Arrow IPC stream. An empty page carries the columns of `empty`
     /// (the schema the table's next events are expected in, with the selected columns).
-    pub fn finish(self, empty: Option<(&ReadSchema, &[usize])>) -> Result<Vec<u8>, FeedError> {
+    pub fn finish(self, empty: Option<(&ReadSchema, &[usize])>) -> Result<PageBody, FeedError> {
         let schema = match (self.schema, empty) {
             (Some(schema), _) => schema,
             (None, Some((read, columns))) => {
@@ -70,32 +71,8 @@ impl ArrowSink {
             }
             (None, None) => output_schema(Vec::new()),
         };
-        let mut out = Vec::with_capacity(encoded_size(&schema, &self.batches));
-        let mut writer = StreamWriter::try_new(&mut out, &schema)?;
-        for batch in &self.batches {
-            writer.write(batch)?;
-        }
-        writer.finish()?;
-        drop(writer);
-        Ok(out)
+        Ok(write_stream(&schema, &self.batches)?)
     }
-}
-
-/// About the size of `batches` as an IPC stream: the bytes their rows take, plus room
-/// for each message's header and each buffer's padding. A page is megabytes; writing it
-/// into a buffer of the right size spares copying it again at every doubling.
-fn encoded_size(schema: &Schema, batches: &[RecordBatch]) -> usize {
-    // A message's header and end; per column, its field or its buffers' descriptions
-    // and their padding to 64 bytes.
-    const MESSAGE: usize = 1024;
-    const PER_COLUMN: usize = 256;
-    let rows: usize = batches
-        .iter()
-        .flat_map(|batch| batch.columns())
-        .map(|c| c.to_data().get_slice_memory_size().unwrap_or_default())
-        .sum();
-    let columns = schema.fields().len();
-    rows + (batches.len() + 1) * (MESSAGE + PER_COLUMN * columns)
 }
 
 /// The table's columns followed by the changelog columns.
@@ -221,46 +198,6 @@ fn run_of(picks: &[(usize, usize)]) -> Option<(usize, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_page_is_written_into_a_buffer_large_enough_for_it() {
-        let names: StringArray = (0..5000).map(|i| Some(format!("name {i}"))).collect();
-        let ids = Int64Array::from_iter((0..5000).map(|i| (i % 7 != 0).then_some(i)));
-        let fields = vec![
-            Field::new("id", DataType::Int64, true),
-            Field::new("name", DataType::Utf8, true),
-        ];
-        let schema = output_schema(fields);
-        let rows = |first: usize, n: usize| -> RecordBatch {
-            let columns: Vec<ArrayRef> = vec![
-                Arc::new(ids.slice(first, n)),
-                Arc::new(names.slice(first, n)),
-                Arc::new(StringArray::from(vec!["INSERT"; n])),
-                Arc::new(Int64Array::from(vec![1; n])),
-                Arc::new(Int64Array::from(vec![2; n])),
-                new_null_array(&DataType::Int64, n),
-                new_null_array(&DataType::Int64, n),
-                new_null_array(&DataType::Utf8, n),
-            ];
-            RecordBatch::try_new(schema.clone(), columns).unwrap()
-        };
-        let batches = vec![rows(10, 1000), rows(3000, 1), rows(4000, 999)];
-        let mut out = Vec::new();
-        let mut writer = StreamWriter::try_new(&mut out, &schema).unwrap();
-        for batch in &batches {
-            writer.write(batch).unwrap();
-        }
-        writer.finish().unwrap();
-        drop(writer);
-        let estimate = encoded_size(&schema, &batches);
-        // Enough, and not the whole arrays the rows are sliced from.
-        assert!(out.len() <= estimate, "{} > {estimate}", out.len());
-        assert!(
-            estimate < 2 * out.len() + 16 * 1024,
-            "{estimate} for {}",
-            out.len()
-        );
-    }
 
     #[test]
     fn a_run_is_consecutive_rows_of_one_side() {
