@@ -54,7 +54,7 @@ pub fn write_stream(schema: &Schema, batches: &[RecordBatch]) -> Result<PageBody
             }
         }
     }
-    body.push(Bytes::from_static(&END_OF_STREAM));
+    body.push_shared(Bytes::from_static(&END_OF_STREAM), 0);
     Ok(body)
 }
 
@@ -74,8 +74,8 @@ fn push_message(
         arrow_data: Vec::new(),
     };
     write_message(&mut head, header, options)?;
-    body.push(head.into());
-    body.push(arrow_data.into());
+    body.push(head);
+    body.push(arrow_data);
     Ok(())
 }
 
@@ -162,9 +162,9 @@ impl SharedBody {
         self.buffer(bytes.slice_with_length(first.as_usize(), (last - first).as_usize()));
     }
 
-    /// Appends `buffer`, padded to [`ALIGNMENT`]. A buffer that is most of what it keeps
-    /// alive is shared; a small slice of a large one is copied, so that a page does not
-    /// hold whole decoded windows for a few of their rows.
+    /// Appends `buffer`, padded to [`ALIGNMENT`]. A buffer that is at least a quarter of
+    /// the allocation it keeps alive is shared; a smaller slice is copied, so that a page
+    /// does not hold whole decoded batches for a few of their rows.
     fn buffer(&mut self, buffer: Buffer) {
         let len = buffer.len();
         let whole = buffer.capacity();

@@ -35,10 +35,10 @@ impl PageBody {
         self.held
     }
 
-    /// Appends bytes of the body's own.
-    pub fn push(&mut self, part: Bytes) {
-        self.held += part.len();
-        self.push_shared(part, 0);
+    /// Appends bytes of the body's own (all of their allocation is held).
+    pub fn push(&mut self, part: Vec<u8>) {
+        let held = part.capacity();
+        self.push_shared(part.into(), held);
     }
 
     /// Appends a slice of a buffer of `held` bytes that the body keeps alive.
@@ -63,7 +63,7 @@ impl PageBody {
 impl From<Vec<u8>> for PageBody {
     fn from(bytes: Vec<u8>) -> Self {
         let mut body = Self::default();
-        body.push(bytes.into());
+        body.push(bytes);
         body
     }
 }
@@ -101,10 +101,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_body_sends_its_parts_in_order_and_says_its_length() {
-        let mut body = PageBody::from(b"ab".to_vec());
-        body.push(Bytes::new());
+        let mut body = PageBody::from(Vec::with_capacity(10));
+        body.push(b"ab".to_vec());
         body.push_shared(Bytes::from_static(b"cde"), 1000);
-        assert_eq!((body.len(), body.held()), (5, 1002));
+        assert_eq!((body.len(), body.held()), (5, 1012));
         assert_eq!(body.to_vec(), b"abcde");
         assert_eq!(body.size_hint().exact(), Some(5));
         let sent = body.clone().collect().await.unwrap().to_bytes();
