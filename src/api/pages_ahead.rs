@@ -230,7 +230,6 @@ impl PagesAhead {
 
 #[cfg(test)]
 mod tests {
-
     use super::*;
 
     const EVENTS: i64 = 100;

@@ -32,6 +32,7 @@ pub fn write_stream(schema: &Schema, batches: &[RecordBatch]) -> Result<PageBody
     let options = IpcWriteOptions::try_new(ALIGNMENT, false, VERSION)?;
     let generator = IpcDataGenerator::default();
     let mut tracker = DictionaryTracker::new(false);
+    let mut context = CompressionContext::default();
     let mut body = PageBody::default();
     let encoded = generator.schema_to_bytes_with_dictionary_tracker(schema, &mut tracker, &options);
     push_message(&mut body, encoded, &options)?;
@@ -40,12 +41,9 @@ pub fn write_stream(schema: &Schema, batches: &[RecordBatch]) -> Result<PageBody
             Some(shared) => {
                 let message = shared.message(batch.num_rows());
                 push_message(&mut body, message, &options)?;
-                for (part, held) in shared.parts {
-                    body.push_shared(part, held);
-                }
+                body.append(shared.body);
             }
             None => {
-                let mut context = CompressionContext::default();
                 let (dictionaries, message) =
                     generator.encode(batch, &mut tracker, &options, &mut context)?;
                 for encoded in dictionaries.into_iter().chain([message]) {
@@ -105,11 +103,9 @@ impl Values {
 /// descriptions of its message.
 #[derive(Default)]
 struct SharedBody {
-    /// Parts of the body, each with the bytes of memory it keeps alive.
-    parts: Vec<(Bytes, usize)>,
+    body: PageBody,
     nodes: Vec<FieldNode>,
     buffers: Vec<arrow::ipc::Buffer>,
-    len: usize,
 }
 
 impl SharedBody {
@@ -168,18 +164,17 @@ impl SharedBody {
     fn buffer(&mut self, buffer: Buffer) {
         let len = buffer.len();
         let whole = buffer.capacity();
-        let part = if whole > 0 && len * 4 >= whole {
-            (Bytes::from_owner(Shared(buffer)), whole)
-        } else {
-            (Bytes::copy_from_slice(&buffer), len)
-        };
         self.buffers
-            .push(arrow::ipc::Buffer::new(self.len as i64, len as i64));
-        self.parts.push(part);
+            .push(arrow::ipc::Buffer::new(self.body.len() as i64, len as i64));
+        if whole > 0 && len * 4 >= whole {
+            self.body
+                .push_shared(Bytes::from_owner(Shared(buffer)), whole);
+        } else {
+            self.body.push(buffer.to_vec());
+        }
         let padding = (ALIGNMENT - len % ALIGNMENT) % ALIGNMENT;
-        self.parts
-            .push((Bytes::from_static(&PADDING[..padding]), 0));
-        self.len += len + padding;
+        self.body
+            .push_shared(Bytes::from_static(&PADDING[..padding]), 0);
     }
 
     /// The message describing this body, for a batch of `rows` rows.
@@ -195,7 +190,7 @@ impl SharedBody {
         let mut message = MessageBuilder::new(&mut fbb);
         message.add_version(VERSION);
         message.add_header_type(MessageHeader::RecordBatch);
-        message.add_bodyLength(self.len as i64);
+        message.add_bodyLength(self.body.len() as i64);
         message.add_header(batch);
         let message = message.finish();
         fbb.finish(message, None);

@@ -50,6 +50,13 @@ impl PageBody {
         }
     }
 
+    /// Appends the parts of `other`.
+    pub fn append(&mut self, other: PageBody) {
+        self.len += other.len;
+        self.held += other.held;
+        self.parts.extend(other.parts);
+    }
+
     /// The whole body in one buffer (a copy).
     pub fn to_vec(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(self.len);
