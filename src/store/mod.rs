@@ -13,9 +13,10 @@ mod tasks;
 mod tokens;
 
 use std::str::FromStr;
+use std::time::Duration;
 
-use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{Connection, PgPool};
 
 use crate::config::DatabaseSettings;
 
@@ -108,6 +109,13 @@ impl StoreError {
     }
 }
 
+/// A pooled connection used this recently is handed out without a ping first, as
+/// HikariCP's alive-bypass window: under load a query then costs one round trip to the
+/// server, not two (sqlx pings every connection it hands out by default). One idle longer,
+/// which a restart, a failover or a proxy may have cut meanwhile, is pinged and replaced
+/// if it does not answer.
+const USED_RECENTLY: Duration = Duration::from_millis(500);
+
 /// Handle to the PostgreSQL coordination store; cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Store {
@@ -130,6 +138,16 @@ impl Store {
         let pool = PgPoolOptions::new()
             .max_connections(settings.max_connections)
             .acquire_timeout(settings.acquire_timeout)
+            .test_before_acquire(false)
+            .before_acquire(|connection, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= USED_RECENTLY {
+                        // An error closes the connection; the pool takes or opens another.
+                        connection.ping().await?;
+                    }
+                    Ok(true)
+                })
+            })
             .connect_with(options)
             .await?;
         Ok(Self {

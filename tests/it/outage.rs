@@ -14,6 +14,9 @@ use serde_json::{Value, json};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
+use icefeed::config::DatabaseSettings;
+use icefeed::store::Store;
+
 use crate::fixtures::{order_json, orders, orders_schema};
 use crate::support::{Node, Warehouse, fresh_database, head, id64, test_settings, wait_until};
 
@@ -146,6 +149,55 @@ async fn an_unreachable_database_answers_503_and_the_node_recovers_by_itself() {
     .await;
     assert_eq!(answer(&node, "/v1/tables").await.0, 200);
     node.shutdown().await;
+}
+
+/// Connections the server closed while they sat idle in the pool (a restart, a failover,
+/// an administrator's `pg_terminate_backend`) are not handed out: the pool skips its ping
+/// only for a connection used within the last half second, so after a pause every query
+/// gets a connection it checked or opened anew.
+#[tokio::test]
+async fn connections_closed_while_idle_are_replaced_without_an_error() {
+    let database = fresh_database().await;
+    let store = Store::connect_with(&database, &DatabaseSettings::default())
+        .await
+        .unwrap();
+    let backend_pid = "SELECT pg_backend_pid()";
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut connection = store.pool().acquire().await.unwrap();
+        let pid: i32 = sqlx::query_scalar(backend_pid)
+            .fetch_one(&mut *connection)
+            .await
+            .unwrap();
+        held.push((connection, pid));
+    }
+    let pids: Vec<i32> = held.iter().map(|(_, pid)| *pid).collect();
+    drop(held);
+    // Back in the pool (it pings each on release, in the background).
+    wait_until(Duration::from_secs(5), || async {
+        (store.pool().num_idle() == pids.len()).then_some(())
+    })
+    .await;
+    let admin = sqlx::PgPool::connect(&database).await.unwrap();
+    for pid in &pids {
+        let closed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+            .bind(pid)
+            .fetch_one(&admin)
+            .await
+            .unwrap();
+        assert!(closed, "backend {pid}");
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let mut held = Vec::new();
+    for _ in 0..pids.len() {
+        let mut connection = store.pool().acquire().await.unwrap();
+        let pid: i32 = sqlx::query_scalar(backend_pid)
+            .fetch_one(&mut *connection)
+            .await
+            .expect("a query on a connection the pool handed out");
+        assert!(!pids.contains(&pid), "a new connection, not backend {pid}");
+        held.push(connection);
+    }
 }
 
 /// The answer to a request that needs the database while it is unreachable: `503
