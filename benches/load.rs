@@ -9,9 +9,9 @@
 //!    them and encodes them with `arrow-json` on 2 threads (the JSON floor);
 //! 3. registers the table with an in-process node on a fresh PostgreSQL database and times
 //!    the initial export until the checkpoint appears;
-//! 4. pages through the feed as JSON, NDJSON and Arrow, checking every page against its
-//!    headers (JSON and NDJSON: the events counted, the first page parsed; Arrow: read
-//!    with Arrow IPC);
+//! 4. pages through the feed as JSON, NDJSON and Arrow (after 500K events untimed, as
+//!    the floors are timed warm), checking every page against its headers (JSON and
+//!    NDJSON: the events counted, the first page parsed; Arrow: read with Arrow IPC);
 //! 5. reads the feed as server-sent events with one consumer, then with C consumers at
 //!    once, each parsing every event;
 //! 6. keeps one stream connected without reading it, the whole table behind it, and
