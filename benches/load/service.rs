@@ -180,7 +180,8 @@ pub async fn initial_load(
 }
 
 /// Pages through the feed from its start, up to `max` events, checking each body against
-/// its headers (see [`json_events`]); checks that it holds `table_rows` events (all inserts: an export).
+/// its headers (see [`json_events`]); checks that it holds `table_rows` events (all
+/// inserts: an export).
 pub async fn pull(
     client: &reqwest::Client,
     base: &str,

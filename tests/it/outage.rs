@@ -4,7 +4,8 @@
 //! the database is back. The outage is a TCP proxy between the node and PostgreSQL that
 //! drops every connection while it is down. A second test keeps it down for 30 s while
 //! the Iceberg table commits and a subscription is read, and checks that nothing is lost
-//! or published twice once it is back.
+//! or published twice once it is back. A third checks that connections the server
+//! closed while they sat idle in the pool are replaced, not handed out.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
