@@ -224,8 +224,7 @@ pub async fn pull(
             Wire::Ndjson => {
                 if first && !body.is_empty() {
                     let line = body.split(|b| *b == b'\n').next().unwrap_or_default();
-                    let event: Value = serde_json::from_slice(line)?;
-                    anyhow::ensure!(event["op"] == "insert", "first event: {event}");
+                    is_insert(&serde_json::from_slice(line)?)?;
                 }
                 count_newlines(&body)
             }
@@ -317,10 +316,16 @@ fn json_events(body: &[u8], parse: bool, next: &str, more: bool) -> anyhow::Resu
             events.len()
         );
         if let Some(event) = events.first() {
-            anyhow::ensure!(event["op"] == "insert", "first event: {event}");
+            is_insert(event)?;
         }
     }
     Ok(count)
+}
+
+/// Checks a page's first event: every event of the benchmark's export is an insert.
+fn is_insert(event: &Value) -> anyhow::Result<()> {
+    anyhow::ensure!(event["op"] == "insert", "first event: {event}");
+    Ok(())
 }
 
 /// Lines in an NDJSON body (byte-wide counters, so the loop vectorizes).
