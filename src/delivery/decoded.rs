@@ -14,22 +14,28 @@ use arrow::array::RecordBatch;
 use moka::future::Cache;
 
 use super::error::FeedError;
-use super::rendered::CHUNK_EVENTS;
-
-/// Events per window: whole chunks of renderings, so that a chunk is sliced from one
-/// window, and enough to make a decompressor's set-up and a page's partial decode small
-/// next to the rows it yields.
-pub const WINDOW_EVENTS: usize = 4 * CHUNK_EVENTS;
+use super::sizing::span_at;
 
 /// Bytes of decoded rows a node keeps by default.
 pub const CACHE_BYTES: u64 = 64 << 20;
 
-/// Events `index * WINDOW_EVENTS ..` of the segment at `segment` (its key in the change
-/// store; segments never change once published).
+/// Window `index` of the segment at `segment` (its key in the change store; segments
+/// never change once published, nor do their windows: `sizing::window_events`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct WindowKey {
     segment: String,
     index: usize,
+}
+
+/// A segment as the cache cuts it.
+#[derive(Clone, Copy, Debug)]
+pub struct Windows<'a> {
+    /// Its key in the change store.
+    pub path: &'a str,
+    /// Its events.
+    pub total: usize,
+    /// Events per window.
+    pub span: usize,
 }
 
 /// The decoded windows of one node; cheap to clone.
@@ -60,13 +66,11 @@ impl DecodedCache {
         })
     }
 
-    /// Events `offset .. offset + count` of `segment`, which holds `total` events, sliced
-    /// from the windows they fall in; `decode(first, len)` reads the events of a window
-    /// that is not kept.
+    /// Events `offset .. offset + count` of `segment`, sliced from the windows they fall
+    /// in; `decode(first, len)` reads the events of a window that is not kept.
     pub async fn rows<F, Fut>(
         &self,
-        segment: &str,
-        total: usize,
+        segment: Windows<'_>,
         offset: usize,
         count: usize,
         decode: F,
@@ -75,26 +79,25 @@ impl DecodedCache {
         F: Fn(usize, usize) -> Fut,
         Fut: Future<Output = Result<Vec<RecordBatch>, FeedError>>,
     {
-        let end = (offset + count).min(total);
+        let end = (offset + count).min(segment.total);
         let mut rows = Vec::new();
         let mut at = offset;
         while at < end {
-            let index = at / WINDOW_EVENTS;
-            let first = index * WINDOW_EVENTS;
-            let window = self.window(segment, total, index, &decode).await?;
-            let take = (first + WINDOW_EVENTS).min(end) - at;
+            let index = at / segment.span;
+            let first = index * segment.span;
+            let window = self.window(segment, index, &decode).await?;
+            let take = (first + segment.span).min(end) - at;
             rows.extend(slice_rows(&window, at - first, take));
             at += take;
         }
         Ok(rows)
     }
 
-    /// Window `index` of `segment`, which holds `total` events, decoded by `decode(first,
-    /// len)` unless kept. Readers of a window being decoded wait for that decoding.
+    /// Window `index` of `segment`, decoded by `decode(first, len)` unless kept. Readers
+    /// of a window being decoded wait for that decoding.
     pub async fn window<F, Fut>(
         &self,
-        segment: &str,
-        total: usize,
+        segment: Windows<'_>,
         index: usize,
         decode: F,
     ) -> Result<Arc<[RecordBatch]>, FeedError>
@@ -102,10 +105,9 @@ impl DecodedCache {
         F: Fn(usize, usize) -> Fut,
         Fut: Future<Output = Result<Vec<RecordBatch>, FeedError>>,
     {
-        let first = index * WINDOW_EVENTS;
-        let len = WINDOW_EVENTS.min(total - first);
+        let (first, len) = span_at(index, segment.span, segment.total);
         let key = WindowKey {
-            segment: segment.to_string(),
+            segment: segment.path.to_string(),
             index,
         };
         self.windows
@@ -114,7 +116,7 @@ impl DecodedCache {
                 // Fewer rows than the index counts: the segment is not what was
                 // published, and slicing would hand back a gap.
                 if batches.iter().map(RecordBatch::num_rows).sum::<usize>() != len {
-                    return Err(FeedError::Corrupt(segment.to_string()));
+                    return Err(FeedError::Corrupt(segment.path.to_string()));
                 }
                 Ok(Arc::from(batches))
             })
@@ -195,15 +197,25 @@ mod tests {
         }
     }
 
+    /// Segment `s` of `total` events, in windows of `span`.
+    fn windows(total: usize, span: usize) -> Windows<'static> {
+        Windows {
+            path: "s",
+            total,
+            span,
+        }
+    }
+
     #[tokio::test]
     async fn reads_are_sliced_from_windows_decoded_once() {
         let cache = DecodedCache::new(CACHE_BYTES);
-        let total = 2 * WINDOW_EVENTS + 500;
+        let span = 32_768;
+        let total = 2 * span + 500;
         let decodes = AtomicUsize::new(0);
         let mut read = Vec::new();
         for offset in (0..total).step_by(3000) {
             let rows = cache
-                .rows("s", total, offset, 3000, segment(total, &decodes))
+                .rows(windows(total, span), offset, 3000, segment(total, &decodes))
                 .await
                 .unwrap();
             read.extend(values(&rows));
@@ -216,10 +228,12 @@ mod tests {
     async fn a_window_shorter_than_the_index_says_is_corrupt_and_not_kept() {
         let cache = DecodedCache::new(CACHE_BYTES);
         let short = |_, len: usize| std::future::ready(Ok(vec![batch(0..len as i64 - 1)]));
-        let read = cache.rows("s", 100, 10, 5, short).await;
+        let read = cache.rows(windows(100, 64), 10, 5, short).await;
         assert!(matches!(read, Err(FeedError::Corrupt(s)) if s == "s"));
         let decodes = AtomicUsize::new(0);
-        let rows = cache.rows("s", 100, 10, 5, segment(100, &decodes)).await;
+        let rows = cache
+            .rows(windows(100, 64), 10, 5, segment(100, &decodes))
+            .await;
         assert_eq!(values(&rows.unwrap()), [10, 11, 12, 13, 14]);
     }
 }

@@ -17,6 +17,9 @@ use crate::changes::json::{BoundRecord, JsonOptions, RecordEncoder, write_json_s
 use crate::changes::position::CURSOR_LEN;
 use crate::store::{SegmentRecord, SourceTable, TableId};
 
+/// Bytes a page reserves ahead for the events it expects, at most.
+const RESERVED_AHEAD: usize = 64 << 20;
+
 /// How events are separated in a page body.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Framing {
@@ -212,10 +215,11 @@ impl RenderedSink for JsonSink<'_> {
         // Each event: its tail, and its framing and cursor (a subscription's is longer).
         let framed = chunk.tail_bytes(events) + events.len() * (2 * CURSOR_LEN + 48);
         // Room for the rest of the page too, at these events' size, so that a page of
-        // several chunks is not copied as it grows.
+        // several chunks is not copied as it grows; not for `limit` wide events, which
+        // a page ends before (`sizing::PAGE_STORED_BYTES`).
         let rest = self.limit.saturating_sub(self.count + events.len());
-        self.body
-            .reserve(framed + rest * framed.div_ceil(events.len().max(1)));
+        let ahead = rest * framed.div_ceil(events.len().max(1));
+        self.body.reserve(framed + ahead.min(RESERVED_AHEAD));
         for &i in events {
             let position = Position {
                 ordinal: first.ordinal,

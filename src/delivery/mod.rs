@@ -19,6 +19,7 @@ pub mod pull;
 pub mod push;
 pub mod rendered;
 pub mod selection;
+mod sizing;
 pub mod stream;
 pub mod subscription;
 

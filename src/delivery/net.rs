@@ -13,9 +13,12 @@ use super::error::FeedError;
 use super::events::{BatchHead, EventBatch, EventSink};
 use super::pull::{Feed, key_and_columns};
 use super::selection::Selection;
+use super::sizing;
 use crate::changes::SegmentFile;
 use crate::changes::writer::ORDINAL;
-use crate::store::{ChangeSetHead, NetRange, NetSegment, SegmentRecord, SourceTable};
+use crate::store::{
+    ChangeSetHead, NetRange, NetSegment, SegmentRecord, SourceTable, StoredSegment,
+};
 
 /// Segments fetched from the index per round trip.
 const SEGMENTS_PER_QUERY: i64 = 64;
@@ -43,6 +46,8 @@ impl Feed {
         sink: &mut dyn EventSink,
     ) -> Result<NetPageEnd, FeedError> {
         let mut end = NetPageEnd { count: 0, consumed };
+        // Bytes stored by the events examined: wide rows end a page before `limit`.
+        let mut stored = 0;
         let entry = self.schema(table.id, range.schema_id).await?;
         let (key, columns) = key_and_columns(table, range.schema_id, &entry, selection)?;
         let mut heads: HashMap<i64, SegmentRecord> = HashMap::new();
@@ -54,7 +59,12 @@ impl Feed {
                 .await?;
             for segment in &segments {
                 let offset = (end.consumed - segment.first_event).max(0) as usize;
-                let count = (segment.event_count as usize - offset).min(limit - end.count);
+                let room = sizing::page_room(limit, end.count, stored, segment);
+                if room == 0 {
+                    return Ok(end);
+                }
+                let count = (segment.event_count as usize - offset).min(room);
+                stored += count as u64 * segment.stored_bytes_per_event();
                 let file = SegmentFile {
                     key: &segment.path,
                     size: segment.size_bytes as u64,

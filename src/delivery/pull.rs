@@ -9,18 +9,19 @@ use std::sync::{Arc, Mutex};
 
 use arrow::array::RecordBatch;
 
-use super::decoded::{self, DecodedCache, WINDOW_EVENTS};
+use super::decoded::{self, DecodedCache, Windows};
 use super::error::FeedError;
 use super::events::{BatchHead, EventBatch, EventSink, RenderedSink, SchemaEntry};
 use super::json_page::{EventMeta, render_chunk};
 use super::published::PublishedCounts;
-use super::rendered::{self, CHUNK_EVENTS, ChunkKey, RenderedCache, RenderedChunk};
+use super::rendered::{self, ChunkKey, RenderedCache, RenderedChunk};
 use super::selection::{OpSet, Selection};
+use super::sizing::{self, span_at};
 use crate::change::Op;
 use crate::changelog::{inherit_lineage, key_indexes};
 use crate::changes::json::JsonOptions;
 use crate::changes::{Position, ReadSchema, SegmentFile, SegmentReader};
-use crate::store::{SegmentRecord, SourceTable, Store, TableId};
+use crate::store::{SegmentRecord, SourceTable, Store, StoredSegment, TableId};
 use crate::telemetry::metric::EVENTS_RENDERED;
 
 /// Segments fetched from the index by a read's first round trip: a page mostly lies
@@ -58,6 +59,22 @@ pub struct PageEnd {
     pub next: Position,
     /// Whether more events are published after `next` right now.
     pub more: bool,
+    /// Bytes the change store holds for the events handed to the sink (a page ends at
+    /// `sizing::PAGE_STORED_BYTES`).
+    pub stored: u64,
+}
+
+impl PageEnd {
+    /// How many more events of `segment` the page takes ([`sizing::page_room`]).
+    fn room(&self, limit: usize, segment: &SegmentRecord) -> usize {
+        sizing::page_room(limit, self.count, self.stored, segment)
+    }
+
+    /// Counts `events` events of `segment` handed to the sink.
+    fn took(&mut self, events: usize, segment: &SegmentRecord) {
+        self.count += events;
+        self.stored += events as u64 * segment.stored_bytes_per_event();
+    }
 }
 
 /// Parsed schemas by (table, schema id); schemas of published change sets never change.
@@ -164,15 +181,15 @@ fn holds_after(segment: &SegmentRecord, position: Position) -> bool {
             && segment.first_event + segment.event_count > position.consumed)
 }
 
-/// The spans of `span` events (windows or chunks) of `segments` that the `events` events
-/// after `next` lie in, at most [`MAX_AHEAD`], in feed order (without `inserts` segments
-/// if `skip_inserts`).
+/// The spans (windows or chunks, of `span(segment)` events) of `segments` that the
+/// `events` events after `next` lie in, at most [`MAX_AHEAD`], in feed order (without
+/// `inserts` segments if `skip_inserts`).
 fn spans_ahead(
     segments: &[SegmentRecord],
     next: Position,
     events: usize,
     skip_inserts: bool,
-    span: usize,
+    span: fn(&SegmentRecord) -> usize,
 ) -> impl Iterator<Item = (&SegmentRecord, usize)> {
     let segments = segments
         .iter()
@@ -185,11 +202,13 @@ fn spans_ahead(
                 true => (next.consumed - segment.first_event).max(0) as usize,
                 false => 0,
             };
+            let span = span(segment);
             let spans = from / span..total.div_ceil(span);
             spans.map(move |index| (segment, index, from.max(index * span)))
         })
         .take_while(move |(segment, index, from)| {
-            let end = ((index + 1) * span).min(segment.event_count as usize);
+            let (first, len) = span_at(*index, span(segment), segment.event_count as usize);
+            let end = first + len;
             let needed = wanted > 0;
             wanted = wanted.saturating_sub(end - from);
             needed
@@ -198,10 +217,19 @@ fn spans_ahead(
         .map(|(segment, index, _)| (segment, index))
 }
 
-/// Chunk `index` of a segment of `total` events: its first event and its length.
-fn chunk_span(index: usize, total: usize) -> (usize, usize) {
-    let first = index * CHUNK_EVENTS;
-    (first, CHUNK_EVENTS.min(total - first))
+/// `segment` as the cache of decoded windows cuts it.
+fn windows_of(segment: &SegmentRecord) -> Windows<'_> {
+    Windows {
+        path: &segment.path,
+        total: segment.event_count as usize,
+        span: sizing::window_events(segment),
+    }
+}
+
+/// Chunk `index` of `segment`: its first event and its length.
+fn chunk_span(index: usize, segment: &SegmentRecord) -> (usize, usize) {
+    let total = segment.event_count as usize;
+    span_at(index, sizing::chunk_events(segment), total)
 }
 
 /// The key of chunk `index` of `segment` of `table`, rendered with `options` for
@@ -278,6 +306,7 @@ impl Feed {
             count: 0,
             next: request.after,
             more: false,
+            stored: 0,
         };
         let mut scanned = 0usize;
         let mut max = FIRST_SEGMENTS;
@@ -301,7 +330,7 @@ impl Feed {
             let exhausted = (segments.len() as i64) < max;
             max = SEGMENTS_PER_QUERY;
             for segment in &segments {
-                if end.count == request.limit
+                if end.room(request.limit, segment) == 0
                     || scanned >= SCAN_BUDGET
                     || !sink.accepts(table.id, segment)
                 {
@@ -312,11 +341,16 @@ impl Feed {
                 scanned += self
                     .read_segment(table, segment, request, sink, &mut end)
                     .await?;
+                if holds_after(segment, end.next) {
+                    // Stopped inside it (the page's limit or bytes, or the scan budget):
+                    // more without asking, and none from the segments after it.
+                    end.more = true;
+                    self.read_ahead(table, &segments, end.next, request, rendering);
+                    return Ok(end);
+                }
             }
             if end.count == request.limit || scanned >= SCAN_BUDGET {
-                // A page that stops inside the segments fetched has more without asking.
-                end.more = segments.iter().any(|s| holds_after(s, end.next))
-                    || self.store.has_events_after(table.id, end.next).await?;
+                end.more = self.store.has_events_after(table.id, end.next).await?;
                 self.read_ahead(table, &segments, end.next, request, rendering);
                 return Ok(end);
             }
@@ -360,7 +394,7 @@ impl Feed {
             next,
             PAGES_AHEAD * request.limit,
             skip_inserts,
-            WINDOW_EVENTS,
+            sizing::window_events,
         )
         .filter(|(segment, index)| !self.decoded.contains(&segment.path, *index))
         .map(|(segment, index)| (segment.clone(), index))
@@ -371,9 +405,8 @@ impl Feed {
                 let decoded = async {
                     let entry = feed.schema(table, segment.schema_id).await?;
                     let decode = |first, len| feed.read_rows(&segment, &entry, first, len);
-                    let total = segment.event_count as usize;
                     feed.decoded
-                        .window(&segment.path, total, index, decode)
+                        .window(windows_of(&segment), index, decode)
                         .await
                 };
                 if let Err(e) = decoded.await {
@@ -427,15 +460,16 @@ impl Feed {
                 .await;
         }
         let filtered = ops != OpSet::ALL;
+        let window = sizing::window_events(segment);
         let mut selected = Vec::new();
-        while offset < total && end.count < request.limit && offset - start < SCAN_BUDGET {
-            let wanted = request.limit - end.count;
-            let chunk = if filtered {
-                wanted.max(FILTER_CHUNK)
-            } else {
-                wanted
-            }
-            .min(total - offset);
+        while offset < total && offset - start < SCAN_BUDGET {
+            let wanted = match end.room(request.limit, segment) {
+                0 => break,
+                room if filtered => room.max(FILTER_CHUNK),
+                room => room,
+            };
+            // At most a window at a time: what is read stays bounded in bytes too.
+            let chunk = wanted.min(window).min(total - offset);
             let batches = self.rows(segment, &entry, offset, chunk).await?;
             if batches.iter().all(|b| b.num_rows() == 0) {
                 return Err(FeedError::Corrupt(segment.path.clone()));
@@ -444,8 +478,9 @@ impl Feed {
                 let events =
                     EventBatch::new(head, segment.first_event + offset as i64, batch, inserts)?;
                 selected.clear();
+                let room = end.room(request.limit, segment);
                 let mut examined = 0;
-                while examined < events.rows && end.count + selected.len() < request.limit {
+                while examined < events.rows && selected.len() < room {
                     if ops.contains(events.op(examined)?) {
                         selected.push(examined);
                     }
@@ -454,10 +489,10 @@ impl Feed {
                 if !selected.is_empty() {
                     sink.write(&events, &selected)?;
                 }
-                end.count += selected.len();
+                end.took(selected.len(), segment);
                 offset += examined;
                 end.next = advance(offset);
-                if end.count == request.limit {
+                if selected.len() == room {
                     break;
                 }
             }
@@ -480,9 +515,13 @@ impl Feed {
         let ops = request.selection.ops;
         let options = sink.options();
         let mut selected = Vec::new();
-        while offset < total && end.count < request.limit && offset - start < SCAN_BUDGET {
-            let index = offset / CHUNK_EVENTS;
-            let (first, len) = chunk_span(index, total);
+        while offset < total && offset - start < SCAN_BUDGET {
+            let room = end.room(request.limit, segment);
+            if room == 0 {
+                break;
+            }
+            let index = offset / sizing::chunk_events(segment);
+            let (first, len) = chunk_span(index, segment);
             let key = chunk_key(head.table.id, segment, index, options, request);
             let chunk = self
                 .rendered
@@ -490,7 +529,7 @@ impl Feed {
                 .await?;
             selected.clear();
             let mut examined = offset - first;
-            while examined < len && end.count + selected.len() < request.limit {
+            while examined < len && selected.len() < room {
                 if ops.contains(chunk.op(examined)) {
                     selected.push(examined);
                 }
@@ -501,7 +540,7 @@ impl Feed {
                 consumed: segment.first_event + first as i64,
             };
             sink.write_rendered(head.table.id, &chunk, at, &selected);
-            end.count += selected.len();
+            end.took(selected.len(), segment);
             offset = first + examined;
             end.next = Position {
                 ordinal: segment.ordinal,
@@ -526,10 +565,10 @@ impl Feed {
         options: JsonOptions,
     ) {
         let skip_inserts = !request.selection.ops.contains(Op::Insert);
-        let events = (PAGES_AHEAD * request.limit).max(CHUNK_EVENTS);
+        let events = (PAGES_AHEAD * request.limit).max(sizing::CHUNK_EVENTS);
         let chunks: Vec<(SegmentRecord, ChunkKey)> = {
             let mut ahead = self.ahead.lock().expect("chunks ahead");
-            spans_ahead(segments, next, events, skip_inserts, CHUNK_EVENTS)
+            spans_ahead(segments, next, events, skip_inserts, sizing::chunk_events)
                 .map(|(segment, index)| {
                     let key = chunk_key(table.id, segment, index, options, request);
                     (segment, key)
@@ -545,7 +584,7 @@ impl Feed {
             tokio::spawn(async move {
                 let _done = done;
                 let path = segment.path.clone();
-                let (first, len) = chunk_span(key.index, segment.event_count as usize);
+                let (first, len) = chunk_span(key.index, &segment);
                 let rendered = async {
                     let entry = feed.schema(table.id, segment.schema_id).await?;
                     let head = OwnedHead::new(table, segment, entry, &selection)?;
@@ -580,10 +619,9 @@ impl Feed {
         offset: usize,
         count: usize,
     ) -> Result<Vec<RecordBatch>, FeedError> {
-        let total = segment.event_count as usize;
         let decode = |first, len| self.read_rows(segment, entry, first, len);
         (self.decoded)
-            .rows(&segment.path, total, offset, count, decode)
+            .rows(windows_of(segment), offset, count, decode)
             .await
     }
 
@@ -693,14 +731,14 @@ mod tests {
             ordinal: next.0,
             consumed: next.1,
         };
-        spans_ahead(segments, next, events, skip_inserts, WINDOW_EVENTS)
+        spans_ahead(segments, next, events, skip_inserts, sizing::window_events)
             .map(|(s, index)| (s.path.clone(), index))
             .collect()
     }
 
     #[test]
     fn the_windows_ahead_of_a_page_follow_it_across_segments() {
-        let w = WINDOW_EVENTS as i64;
+        let w = sizing::window_events(&segment(1, 0, 1, "inserts")) as i64;
         let segments = [
             segment(1, 0, 2 * w + 10, "inserts"),
             segment(1, 2 * w + 10, 100, "changes"),
@@ -720,7 +758,7 @@ mod tests {
         );
         // A long page takes at most MAX_AHEAD windows.
         assert_eq!(
-            ahead(&segments, (2, 0), 10 * WINDOW_EVENTS, false).len(),
+            ahead(&segments, (2, 0), 10 * w as usize, false).len(),
             MAX_AHEAD
         );
         // Segments the page skips are not decoded, nor do they count.
@@ -732,9 +770,69 @@ mod tests {
         assert!(ahead(&segments, (2, 5 * w), 1000, false).is_empty());
     }
 
+    /// `segment` storing `bytes` bytes in all.
+    fn stored(mut segment: SegmentRecord, bytes: i64) -> SegmentRecord {
+        segment.size_bytes = bytes;
+        segment
+    }
+
+    #[test]
+    fn a_page_ends_at_its_limit_or_at_the_bytes_it_may_hold() {
+        let narrow = stored(segment(1, 0, 100_000, "inserts"), 4_000_000);
+        let wide = stored(segment(2, 0, 1000, "changes"), 1_000_000_000);
+        let mut end = PageEnd {
+            count: 0,
+            next: Position::START,
+            more: false,
+            stored: 0,
+        };
+        // Narrow rows: the limit decides.
+        assert_eq!(end.room(10_000, &narrow), 10_000);
+        // 1 MB an event: as many as fit in the page's bytes.
+        let fits = (sizing::PAGE_STORED_BYTES / 1_000_000) as usize;
+        assert_eq!(end.room(10_000, &wide), fits);
+        // Both: what the narrow events took is not left for wide ones.
+        end.took(9000, &narrow);
+        assert_eq!(end.room(10_000, &narrow), 1000);
+        let left = sizing::PAGE_STORED_BYTES - 9000 * 40;
+        assert_eq!(end.room(10_000, &wide), (left / 1_000_000) as usize);
+        end.took(end.room(10_000, &wide), &wide);
+        assert_eq!(end.room(10_000, &wide), 0);
+        assert!(end.room(10_000, &narrow) > 0, "narrow events still fit");
+        // An event wider than a page still makes a page of its own.
+        let huge = stored(
+            segment(3, 0, 1, "changes"),
+            2 * sizing::PAGE_STORED_BYTES as i64,
+        );
+        let empty = PageEnd {
+            stored: 0,
+            count: 0,
+            ..end
+        };
+        assert_eq!(empty.room(10_000, &huge), 1);
+        let mut full = empty;
+        full.took(1, &huge);
+        assert_eq!(full.room(10_000, &huge), 0);
+        assert_eq!(full.room(10_000, &narrow), 0);
+    }
+
+    #[test]
+    fn the_chunks_of_wide_rows_ahead_of_a_page_are_fewer_events() {
+        // 100 KB an event: chunks of 10.
+        let segments = [stored(segment(1, 0, 100, "changes"), 10_000_000)];
+        let next = Position {
+            ordinal: 1,
+            consumed: 0,
+        };
+        let chunks: Vec<usize> = spans_ahead(&segments, next, 25, false, sizing::chunk_events)
+            .map(|(_, index)| index)
+            .collect();
+        assert_eq!(chunks, [0, 1, 2]);
+    }
+
     #[test]
     fn the_chunks_ahead_of_a_page_are_counted_in_chunks() {
-        let c = CHUNK_EVENTS as i64;
+        let c = sizing::CHUNK_EVENTS as i64;
         let segments = [
             segment(1, 0, c + 10, "inserts"),
             segment(2, 0, 3 * c, "changes"),
@@ -744,7 +842,7 @@ mod tests {
             consumed: 5,
         };
         let chunks: Vec<(i64, usize)> =
-            spans_ahead(&segments, next, 2 * CHUNK_EVENTS, false, CHUNK_EVENTS)
+            spans_ahead(&segments, next, 2 * c as usize, false, sizing::chunk_events)
                 .map(|(s, index)| (s.ordinal, index))
                 .collect();
         assert_eq!(chunks, [(1, 0), (1, 1), (2, 0)]);

@@ -18,9 +18,6 @@ use crate::changes::ChangeStoreError;
 use crate::changes::json::JsonOptions;
 use crate::store::TableId;
 
-/// Events per chunk: many pages of the default `limit` (1000), and a few MB rendered.
-pub const CHUNK_EVENTS: usize = 8192;
-
 /// Bytes of rendered events a node keeps by default.
 pub const CACHE_BYTES: u64 = 64 << 20;
 
@@ -30,7 +27,7 @@ pub struct ChunkKey {
     pub table: TableId,
     /// The segment's key in the change store.
     pub segment: String,
-    /// Events `index * CHUNK_EVENTS ..` of the segment.
+    /// Events `index * sizing::chunk_events(segment) ..` of the segment.
     pub index: usize,
     pub options: JsonOptions,
     /// The selected columns; `None`: all.

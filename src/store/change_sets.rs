@@ -90,6 +90,39 @@ pub struct SegmentRecord {
     pub push_version: i64,
 }
 
+/// A segment of the change store, by the size its index records: how wide its events
+/// are decides how many are read at a time.
+pub trait StoredSegment {
+    /// Bytes of the segment's file (of the source file, for an `inserts` segment).
+    fn size_bytes(&self) -> i64;
+    /// Events of the segment.
+    fn event_count(&self) -> i64;
+
+    /// Bytes the change store holds per event of this segment (at least 1). Decoded or
+    /// rendered, an event takes some 2 to 20 times that.
+    fn stored_bytes_per_event(&self) -> u64 {
+        let events = self.event_count().max(1) as u64;
+        (self.size_bytes().max(0) as u64 / events).max(1)
+    }
+
+    /// How many of this segment's events store about `bytes`: from 1 (a wider event is
+    /// still read alone) to `max`.
+    fn events_within(&self, bytes: u64, max: usize) -> usize {
+        let events = bytes / self.stored_bytes_per_event();
+        usize::try_from(events).unwrap_or(usize::MAX).clamp(1, max)
+    }
+}
+
+impl StoredSegment for SegmentRecord {
+    fn size_bytes(&self) -> i64 {
+        self.size_bytes
+    }
+
+    fn event_count(&self) -> i64 {
+        self.event_count
+    }
+}
+
 impl SegmentRecord {
     /// Where the rows of an `inserts` segment of a v3 table inherit their lineage from.
     pub fn lineage(&self) -> Option<FileLineage> {

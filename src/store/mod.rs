@@ -21,7 +21,9 @@ use sqlx::{Connection, PgPool};
 use crate::config::DatabaseSettings;
 
 pub use crate::ids::{TableId, TaskKind};
-pub use change_sets::{CHANGES_CHANNEL, ChangeSetRecord, NewChangeSet, NewSegment, SegmentRecord};
+pub use change_sets::{
+    CHANGES_CHANNEL, ChangeSetRecord, NewChangeSet, NewSegment, SegmentRecord, StoredSegment,
+};
 pub use leases::Lease;
 pub use net_ranges::{ChangeSetHead, NetRange, NetSegment, NetState};
 pub use push::{DeadLetter, NewDeadLetter, PushCommit, PushRecord};

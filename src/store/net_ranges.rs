@@ -43,6 +43,16 @@ pub struct NetSegment {
     pub size_bytes: i64,
 }
 
+impl super::StoredSegment for NetSegment {
+    fn size_bytes(&self) -> i64 {
+        self.size_bytes
+    }
+
+    fn event_count(&self) -> i64 {
+        self.event_count
+    }
+}
+
 /// What every event of one change set shares: the snapshot a net event names.
 #[derive(Clone, Debug)]
 pub struct ChangeSetHead {

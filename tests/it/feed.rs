@@ -18,7 +18,7 @@ fn ids(events: &[Value]) -> Vec<i64> {
 }
 
 /// One page as sent: status, the headers that carry its cursor and count, the body.
-async fn raw_page(node: &Node, path: &str, accept: &str) -> (u16, [String; 4], Vec<u8>) {
+pub(crate) async fn raw_page(node: &Node, path: &str, accept: &str) -> (u16, [String; 4], Vec<u8>) {
     let r = node
         .http
         .get(node.url(path))

@@ -42,3 +42,4 @@ mod subscriptions;
 mod support;
 mod typescript;
 mod vending;
+mod wide_rows;

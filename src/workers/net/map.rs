@@ -16,13 +16,15 @@ use super::{NetMapResult, NetMapTask};
 use crate::change::table_width;
 use crate::changes::writer::{AFTER, AFTER_LINEAGE, BEFORE, BEFORE_LINEAGE, ORDINAL};
 use crate::delivery::FeedError;
-use crate::store::ClaimedTask;
+use crate::store::{ClaimedTask, StoredSegment};
 use crate::workers::shuffle::files::{DELETED, INSERTED, Partitioned};
 use crate::workers::shuffle::{bucket_rows, hashed_columns, key_converter};
 use crate::workers::task_context::{TaskContext, TaskError};
 
-/// Events read from a segment at a time.
+/// Events read from a segment at a time, at most: fewer of wide rows, as many as store
+/// [`CHUNK_STORED_BYTES`].
 const CHUNK_EVENTS: usize = 65_536;
+const CHUNK_STORED_BYTES: u64 = 8 << 20;
 
 /// `_side`, `_ordinal`, then the images' columns.
 pub(super) fn net_shuffled_schema(rows: &SchemaRef) -> SchemaRef {
@@ -62,8 +64,9 @@ pub async fn run_net_map(
         let segment = &input.segment;
         let inserts = segment.layout == "inserts";
         let mut offset = input.offset;
+        let chunk = segment.events_within(CHUNK_STORED_BYTES, CHUNK_EVENTS);
         while offset < input.offset + input.count {
-            let count = CHUNK_EVENTS.min(input.offset + input.count - offset);
+            let count = chunk.min(input.offset + input.count - offset);
             let batches = ctx
                 .feed
                 .read_rows(segment, &entry, offset, count)

@@ -1,0 +1,156 @@
+//! Tables of wide rows: a page ends once its events store 8 MiB in the change store,
+//! before `limit`, and the pages still hold every event once, in order, in every format.
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray};
+use serde_json::{Value, json};
+
+use crate::fixtures::{orders, orders_schema};
+use crate::support::{Node, Warehouse, head};
+
+/// Wide rows of the table: enough for three pages, and far fewer than `limit`.
+const ROWS: i64 = 180;
+/// Narrow rows appended after them.
+const NARROW: i64 = 10;
+/// Bytes of each row's name.
+const NAME_BYTES: usize = 200_000;
+/// Bytes of stored events a page holds at most, as the README says.
+const PAGE_STORED_BYTES: u64 = 8 << 20;
+
+/// Bytes of the Parquet files below `dir`.
+fn parquet_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .map(|path| match path.is_dir() {
+            true => parquet_bytes(&path),
+            false if path.extension().is_some_and(|e| e == "parquet") => {
+                path.metadata().unwrap().len()
+            }
+            false => 0,
+        })
+        .sum()
+}
+
+/// `orders` rows whose names are [`NAME_BYTES`] of letters no codec compresses much.
+fn wide_orders(ids: std::ops::Range<i64>) -> RecordBatch {
+    let narrow = orders(ids.clone());
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let names: Vec<String> = ids
+        .map(|_| {
+            (0..NAME_BYTES)
+                .map(|_| {
+                    // xorshift64: a fixed, incompressible-enough sequence.
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    char::from(b'a' + (state % 26) as u8)
+                })
+                .collect()
+        })
+        .collect();
+    let mut columns: Vec<ArrayRef> = narrow.columns().to_vec();
+    columns[1] = Arc::new(StringArray::from(names));
+    RecordBatch::try_new(narrow.schema(), columns).unwrap()
+}
+
+/// The ids of a page's events, in the page's order.
+fn page_ids(accept: &str, body: &[u8]) -> Vec<i64> {
+    let id = |event: &Value| event["after"]["id"].as_i64().unwrap();
+    match accept {
+        "application/json" => {
+            let page: Value = serde_json::from_slice(body).unwrap();
+            page["events"].as_array().unwrap().iter().map(id).collect()
+        }
+        "application/x-ndjson" => body
+            .split(|b| *b == b'\n')
+            .filter(|line| !line.is_empty())
+            .map(|line| id(&serde_json::from_slice(line).unwrap()))
+            .collect(),
+        _ => {
+            let body = std::io::Cursor::new(body);
+            let reader = arrow::ipc::reader::StreamReader::try_new(body, None).unwrap();
+            let mut ids = Vec::new();
+            for batch in reader {
+                let batch = batch.unwrap();
+                let column = batch.column_by_name("id").unwrap();
+                let column = column.as_any().downcast_ref::<Int64Array>().unwrap();
+                ids.extend(column.iter().map(Option::unwrap));
+            }
+            ids
+        }
+    }
+}
+
+#[tokio::test]
+async fn pages_of_wide_rows_end_early_and_together_hold_every_event() {
+    let wh = Warehouse::new().await;
+    let t = wh.create("shop.orders", orders_schema(), None).await;
+    let table = wh.append(&t, &[wide_orders(0..ROWS)]).await;
+    // The export's events are the rows of the table's data file, as stored there.
+    let stored_per_event = parquet_bytes(wh.dir.path()) / ROWS as u64;
+    let (node, _store) = Node::start_fresh().await;
+    let id = node
+        .register(&wh.registration("shop.orders", json!({})))
+        .await;
+    node.wait_for_checkpoint(&id, head(&table)).await;
+    // Narrow events after wide ones: a page that has no room left for one more wide
+    // event still has some for narrow ones, yet must not skip the wide ones to them.
+    let table = wh.append(&table, &[orders(ROWS..ROWS + NARROW)]).await;
+    node.wait_for_checkpoint(&id, head(&table)).await;
+    let per_page = (PAGE_STORED_BYTES / stored_per_event) as usize;
+    let mut end = String::new();
+    assert!(
+        per_page < ROWS as usize / 2,
+        "{stored_per_event} bytes an event"
+    );
+    for accept in [
+        "application/json",
+        "application/x-ndjson",
+        "application/vnd.apache.arrow.stream",
+    ] {
+        let (mut ids, mut pages, mut after) = (Vec::new(), 0, String::new());
+        let next_of_last = loop {
+            let path = format!("/v1/tables/{id}/changes?limit=1000{after}");
+            let (status, [_, next, more, count], body) =
+                crate::feed::raw_page(&node, &path, accept).await;
+            assert_eq!(status, 200, "{accept}: {}", String::from_utf8_lossy(&body));
+            let page = page_ids(accept, &body);
+            assert_eq!(page.len().to_string(), count, "{accept}: Icefeed-Count");
+            let left = (ROWS + NARROW) as usize - ids.len();
+            assert_eq!(page.len(), per_page.min(left), "{accept}: page {pages}");
+            ids.extend(page);
+            pages += 1;
+            if more == "false" {
+                break next;
+            }
+            after = format!("&after={next}");
+        };
+        let all: Vec<i64> = (0..ROWS + NARROW).collect();
+        assert_eq!(ids, all, "{accept}: every event once, in order");
+        end = next_of_last;
+    }
+    // Net changes of the whole feed: pages of wide rows end early too.
+    let mut path = format!("/v1/tables/{id}/changes?net=true&until={end}&limit=1000&wait=60");
+    let mut ids = Vec::new();
+    loop {
+        let (status, page) = node.get(&path).await;
+        assert_eq!(status, 200, "{path}: {page}");
+        let events = page["events"].as_array().unwrap();
+        assert!(events.len() < 2 * per_page, "net: {} events", events.len());
+        ids.extend(events.iter().map(|e| e["after"]["id"].as_i64().unwrap()));
+        let next = page["next"].as_str().unwrap();
+        if next == end {
+            break;
+        }
+        path = format!("/v1/tables/{id}/changes?after={next}&limit=1000&wait=60");
+    }
+    ids.sort_unstable();
+    assert_eq!(
+        ids,
+        (0..ROWS + NARROW).collect::<Vec<_>>(),
+        "net: every row once"
+    );
+    node.shutdown().await;
+}
