@@ -4,6 +4,7 @@
 //! Must not reach: `api`, `workers`
 //! (delivery renders and sends; the HTTP layer and workers call it).
 
+mod ahead;
 pub mod arrow_page;
 mod decoded;
 mod error;

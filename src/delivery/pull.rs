@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use arrow::array::RecordBatch;
 
+use super::ahead::{holds_after, spans_ahead};
 use super::decoded::{self, DecodedCache, Windows};
 use super::error::FeedError;
 use super::events::{BatchHead, EventBatch, EventSink, RenderedSink, SchemaEntry};
@@ -32,9 +33,6 @@ const SEGMENTS_PER_QUERY: i64 = 64;
 /// Events one request examines at most: a filter that matches almost nothing still
 /// answers promptly, with `more` set and the position advanced past what it skipped.
 const SCAN_BUDGET: usize = 1_000_000;
-/// Chunks a reader has rendered ahead of the one it reads, and windows it has decoded
-/// ahead of its page, at most.
-const MAX_AHEAD: usize = 3;
 /// Pages of the same size a reader prepares ahead (renders their chunks, or decodes their
 /// windows): a window takes longer to decode than a page of it takes to send, so
 /// preparing only the very next page left the reader waiting for it.
@@ -172,49 +170,6 @@ fn render_rows(
     }
     metrics::counter!(EVENTS_RENDERED.name).increment(len as u64);
     Ok(chunk)
-}
-
-/// Whether `segment` holds events after `position`.
-fn holds_after(segment: &SegmentRecord, position: Position) -> bool {
-    segment.ordinal > position.ordinal
-        || (segment.ordinal == position.ordinal
-            && segment.first_event + segment.event_count > position.consumed)
-}
-
-/// The spans (windows or chunks, of `span(segment)` events) of `segments` that the
-/// `events` events after `next` lie in, at most [`MAX_AHEAD`], in feed order (without
-/// `inserts` segments if `skip_inserts`).
-fn spans_ahead(
-    segments: &[SegmentRecord],
-    next: Position,
-    events: usize,
-    skip_inserts: bool,
-    span: fn(&SegmentRecord) -> usize,
-) -> impl Iterator<Item = (&SegmentRecord, usize)> {
-    let segments = segments
-        .iter()
-        .filter(move |s| holds_after(s, next) && !(skip_inserts && s.layout == "inserts"));
-    let mut wanted = events;
-    segments
-        .flat_map(move |segment| {
-            let total = segment.event_count as usize;
-            let from = match segment.ordinal == next.ordinal {
-                true => (next.consumed - segment.first_event).max(0) as usize,
-                false => 0,
-            };
-            let span = span(segment);
-            let spans = from / span..total.div_ceil(span);
-            spans.map(move |index| (segment, index, from.max(index * span)))
-        })
-        .take_while(move |(segment, index, from)| {
-            let (first, len) = span_at(*index, span(segment), segment.event_count as usize);
-            let end = first + len;
-            let needed = wanted > 0;
-            wanted = wanted.saturating_sub(end - from);
-            needed
-        })
-        .take(MAX_AHEAD)
-        .map(|(segment, index, _)| (segment, index))
 }
 
 /// `segment` as the cache of decoded windows cuts it.
@@ -380,7 +335,7 @@ impl Feed {
 
     /// Decodes in the background the windows of `segments` that the next
     /// [`PAGES_AHEAD`] pages of the same size after `next` would read (up to
-    /// [`MAX_AHEAD`]).
+    /// `ahead::MAX_AHEAD`).
     fn decode_ahead(
         &self,
         table: &SourceTable,
@@ -552,7 +507,7 @@ impl Feed {
 
     /// Renders in the background, into the shared cache, the chunks of `segments` that
     /// the next [`PAGES_AHEAD`] pages of the same size after `next` would read (and at
-    /// least the chunk after `next`'s, up to [`MAX_AHEAD`]), each in a task of its own:
+    /// least the chunk after `next`'s, up to `ahead::MAX_AHEAD`), each in a task of its own:
     /// the other core renders them while this page is copied, sent and parsed. Readers
     /// asking for one of them meanwhile wait for it; a failure is left for a reader to
     /// meet.
@@ -701,85 +656,10 @@ impl Feed {
 mod tests {
     use super::*;
 
-    fn segment(ordinal: i64, first_event: i64, event_count: i64, layout: &str) -> SegmentRecord {
-        SegmentRecord {
-            ordinal,
-            segment_no: 0,
-            first_event,
-            event_count,
-            layout: layout.into(),
-            path: format!("{ordinal}/{first_event}"),
-            size_bytes: 0,
-            deleted_rows: None,
-            first_row_id: None,
-            lineage_sequence_number: None,
-            snapshot_id: ordinal,
-            sequence_number: ordinal,
-            committed_at: chrono::DateTime::UNIX_EPOCH,
-            schema_id: 0,
-            push_version: 0,
-        }
-    }
-
-    fn ahead(
-        segments: &[SegmentRecord],
-        next: (i64, i64),
-        events: usize,
-        skip_inserts: bool,
-    ) -> Vec<(String, usize)> {
-        let next = Position {
-            ordinal: next.0,
-            consumed: next.1,
-        };
-        spans_ahead(segments, next, events, skip_inserts, sizing::window_events)
-            .map(|(s, index)| (s.path.clone(), index))
-            .collect()
-    }
-
-    #[test]
-    fn the_windows_ahead_of_a_page_follow_it_across_segments() {
-        let w = sizing::window_events(&segment(1, 0, 1, "inserts")) as i64;
-        let segments = [
-            segment(1, 0, 2 * w + 10, "inserts"),
-            segment(1, 2 * w + 10, 100, "changes"),
-            segment(2, 0, 5 * w, "changes"),
-        ];
-        let path = |s: usize| segments[s].path.clone();
-        // Within a window, then into the next one.
-        assert_eq!(ahead(&segments, (1, 10), 1000, false), [(path(0), 0)]);
-        assert_eq!(
-            ahead(&segments, (1, w - 10), 1000, false),
-            [(path(0), 0), (path(0), 1)]
-        );
-        // From the end of a segment into the next ones.
-        assert_eq!(
-            ahead(&segments, (1, 2 * w + 5), 1000, false),
-            [(path(0), 2), (path(1), 0), (path(2), 0)]
-        );
-        // A long page takes at most MAX_AHEAD windows.
-        assert_eq!(
-            ahead(&segments, (2, 0), 10 * w as usize, false).len(),
-            MAX_AHEAD
-        );
-        // Segments the page skips are not decoded, nor do they count.
-        assert_eq!(
-            ahead(&segments, (1, 0), 1000, true),
-            [(path(1), 0), (path(2), 0)]
-        );
-        // Past the segments fetched: nothing.
-        assert!(ahead(&segments, (2, 5 * w), 1000, false).is_empty());
-    }
-
-    /// `segment` storing `bytes` bytes in all.
-    fn stored(mut segment: SegmentRecord, bytes: i64) -> SegmentRecord {
-        segment.size_bytes = bytes;
-        segment
-    }
-
     #[test]
     fn a_page_ends_at_its_limit_or_at_the_bytes_it_may_hold() {
-        let narrow = stored(segment(1, 0, 100_000, "inserts"), 4_000_000);
-        let wide = stored(segment(2, 0, 1000, "changes"), 1_000_000_000);
+        let narrow = SegmentRecord::sample(1, 0, 100_000, "inserts", 4_000_000);
+        let wide = SegmentRecord::sample(2, 0, 1000, "changes", 1_000_000_000);
         let mut end = PageEnd {
             count: 0,
             next: Position::START,
@@ -800,10 +680,7 @@ mod tests {
         assert_eq!(end.room(10_000, &wide), 0);
         assert!(end.room(10_000, &narrow) > 0, "narrow events still fit");
         // An event wider than a page still makes a page of its own.
-        let huge = stored(
-            segment(3, 0, 1, "changes"),
-            2 * sizing::PAGE_STORED_BYTES as i64,
-        );
+        let huge = SegmentRecord::sample(3, 0, 1, "changes", 2 * sizing::PAGE_STORED_BYTES as i64);
         let empty = PageEnd {
             stored: 0,
             count: 0,
@@ -814,37 +691,5 @@ mod tests {
         full.took(1, &huge);
         assert_eq!(full.room(10_000, &huge), 0);
         assert_eq!(full.room(10_000, &narrow), 0);
-    }
-
-    #[test]
-    fn the_chunks_of_wide_rows_ahead_of_a_page_are_fewer_events() {
-        // 100 KB an event: chunks of 10.
-        let segments = [stored(segment(1, 0, 100, "changes"), 10_000_000)];
-        let next = Position {
-            ordinal: 1,
-            consumed: 0,
-        };
-        let chunks: Vec<usize> = spans_ahead(&segments, next, 25, false, sizing::chunk_events)
-            .map(|(_, index)| index)
-            .collect();
-        assert_eq!(chunks, [0, 1, 2]);
-    }
-
-    #[test]
-    fn the_chunks_ahead_of_a_page_are_counted_in_chunks() {
-        let c = sizing::CHUNK_EVENTS as i64;
-        let segments = [
-            segment(1, 0, c + 10, "inserts"),
-            segment(2, 0, 3 * c, "changes"),
-        ];
-        let next = Position {
-            ordinal: 1,
-            consumed: 5,
-        };
-        let chunks: Vec<(i64, usize)> =
-            spans_ahead(&segments, next, 2 * c as usize, false, sizing::chunk_events)
-                .map(|(s, index)| (s.ordinal, index))
-                .collect();
-        assert_eq!(chunks, [(1, 0), (1, 1), (2, 0)]);
     }
 }

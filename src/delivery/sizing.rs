@@ -62,23 +62,7 @@ mod tests {
     use super::*;
 
     fn segment(event_count: i64, size_bytes: i64) -> SegmentRecord {
-        SegmentRecord {
-            ordinal: 1,
-            segment_no: 0,
-            first_event: 0,
-            event_count,
-            layout: "changes".into(),
-            path: "1/0".into(),
-            size_bytes,
-            deleted_rows: None,
-            first_row_id: None,
-            lineage_sequence_number: None,
-            snapshot_id: 1,
-            sequence_number: 1,
-            committed_at: chrono::DateTime::UNIX_EPOCH,
-            schema_id: 0,
-            push_version: 0,
-        }
+        SegmentRecord::sample(1, 0, event_count, "changes", size_bytes)
     }
 
     #[test]

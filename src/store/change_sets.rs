@@ -123,6 +123,37 @@ impl StoredSegment for SegmentRecord {
     }
 }
 
+#[cfg(test)]
+impl SegmentRecord {
+    /// A segment of change set `ordinal` holding `event_count` events from `first_event`
+    /// in `size_bytes`, for tests of how segments are read.
+    pub fn sample(
+        ordinal: i64,
+        first_event: i64,
+        event_count: i64,
+        layout: &str,
+        size_bytes: i64,
+    ) -> Self {
+        Self {
+            ordinal,
+            segment_no: 0,
+            first_event,
+            event_count,
+            layout: layout.into(),
+            path: format!("{ordinal}/{first_event}"),
+            size_bytes,
+            deleted_rows: None,
+            first_row_id: None,
+            lineage_sequence_number: None,
+            snapshot_id: ordinal,
+            sequence_number: ordinal,
+            committed_at: DateTime::UNIX_EPOCH,
+            schema_id: 0,
+            push_version: 0,
+        }
+    }
+}
+
 impl SegmentRecord {
     /// Where the rows of an `inserts` segment of a v3 table inherit their lineage from.
     pub fn lineage(&self) -> Option<FileLineage> {
