@@ -1,12 +1,15 @@
 //! Tables of wide rows: a page ends once its events store 8 MiB in the change store,
-//! before `limit`, and the pages still hold every event once, in order, in every format.
+//! before `limit`, and the pages still hold every event once, in order, in every format,
+//! as net pages and as a stream.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray};
 use serde_json::{Value, json};
 
 use crate::fixtures::{orders, orders_schema};
+use crate::stream::SseClient;
 use crate::support::{Node, Warehouse, head};
 
 /// Wide rows of the table: enough for three pages, and far fewer than `limit`.
@@ -152,5 +155,15 @@ async fn pages_of_wide_rows_end_early_and_together_hold_every_event() {
         (0..ROWS + NARROW).collect::<Vec<_>>(),
         "net: every row once"
     );
+    // A stream reads on without waiting for a publish when a read ends at its bytes.
+    let path = format!("/v1/tables/{id}/changes/stream?limit=1000");
+    let mut stream = SseClient::connect(&node, &path, None).await;
+    for expected in 0..ROWS + NARROW {
+        let event = stream.expect(Duration::from_secs(10)).await.change();
+        assert_eq!(
+            event["after"]["id"], expected,
+            "stream: every event once, in order"
+        );
+    }
     node.shutdown().await;
 }
