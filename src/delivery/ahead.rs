@@ -9,7 +9,7 @@ use crate::store::SegmentRecord;
 
 /// Chunks a reader has rendered ahead of the one it reads, and windows it has decoded
 /// ahead of its page, at most.
-pub(super) const MAX_AHEAD: usize = 3;
+const MAX_AHEAD: usize = 3;
 
 /// Whether `segment` holds events after `position`.
 pub(super) fn holds_after(segment: &SegmentRecord, position: Position) -> bool {

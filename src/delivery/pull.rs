@@ -59,7 +59,7 @@ pub struct PageEnd {
     pub more: bool,
     /// Bytes the change store holds for the events handed to the sink (a page ends at
     /// `sizing::PAGE_STORED_BYTES`).
-    pub stored: u64,
+    stored: u64,
 }
 
 impl PageEnd {

@@ -43,10 +43,8 @@ pub fn window_events(segment: &SegmentRecord) -> usize {
 /// least one, in an empty page).
 pub fn page_room(limit: usize, count: usize, stored: u64, segment: &impl StoredSegment) -> usize {
     let left = PAGE_STORED_BYTES.saturating_sub(stored);
-    let fits = match count {
-        0 => segment.events_within(left, usize::MAX),
-        _ => usize::try_from(left / segment.stored_bytes_per_event()).unwrap_or(usize::MAX),
-    };
+    let fits = usize::try_from(left / segment.stored_bytes_per_event()).unwrap_or(usize::MAX);
+    let fits = if count == 0 { fits.max(1) } else { fits };
     limit.saturating_sub(count).min(fits)
 }
 
