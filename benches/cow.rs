@@ -331,6 +331,7 @@ async fn scenarios(
                 let options = AppendOptions {
                     max_rows_per_file: Some(generate::DEFAULT_MAX_ROWS_PER_FILE),
                     snapshot_properties: HashMap::from([("icefeed.bench".into(), "cow".into())]),
+                    ..Default::default()
                 };
                 let after = writer::append(&catalog, &table, &batches, &options).await?;
                 let committed = Instant::now();

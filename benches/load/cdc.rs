@@ -141,7 +141,7 @@ pub async fn commit_plan(
     let (remove, batches) = apply(table, plan, kind).await?;
     let options = AppendOptions {
         max_rows_per_file: Some(crate::generate::DEFAULT_MAX_ROWS_PER_FILE),
-        snapshot_properties: Default::default(),
+        ..Default::default()
     };
     let op = if kind == Kind::Update {
         "overwrite"

@@ -167,6 +167,7 @@ pub async fn generate_into(
     let options = AppendOptions {
         max_rows_per_file: Some(max_rows_per_file),
         snapshot_properties: HashMap::from([("icefeed.bench".into(), "load".into())]),
+        ..Default::default()
     };
     // Rows are generated on a thread of their own while the previous append is written.
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<RecordBatch>>(1);

@@ -13,6 +13,7 @@ use parquet::arrow::ParquetRecordBatchStreamBuilder;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 
+use super::batch_rows::batch_rows;
 use crate::changes::ChangeStoreError;
 use crate::changes::segment::column_of;
 
@@ -103,6 +104,7 @@ impl FieldReader {
         let descriptor = self.metadata.metadata().file_metadata().schema_descr();
         let mask = ProjectionMask::roots(descriptor, roots);
         let parquet = self.metadata.metadata().clone();
+        let rows_per_batch = batch_rows(&parquet, &mask, 64 * 1024);
         let expected: i64 = match &groups {
             Some(groups) => groups
                 .iter()
@@ -113,7 +115,7 @@ impl FieldReader {
         let mut builder =
             ParquetRecordBatchStreamBuilder::new_with_metadata(self.file, self.metadata)
                 .with_projection(mask)
-                .with_batch_size(64 * 1024);
+                .with_batch_size(rows_per_batch);
         if let Some(groups) = groups {
             builder = builder.with_row_groups(groups);
         }

@@ -2,6 +2,7 @@
 //! checkpoint, and which data files each one added or removed.
 //! Must not reach: `store`, `workers` (it plans; checkpoints and publishing are theirs).
 
+mod batch_rows;
 pub mod carryover;
 mod copied;
 mod deleted;

@@ -16,6 +16,7 @@ use parquet::arrow::arrow_reader::{
 use parquet::file::metadata::PageIndexPolicy;
 use roaring::RoaringTreemap;
 
+use super::batch_rows::batch_rows;
 use super::deleted::{DataFileRef, DeleteCache};
 use super::row_ids::inherit_lineage;
 use super::{FileLineage, FileRows};
@@ -113,9 +114,10 @@ pub async fn stream_data_file(
     let mut file = ArrowFileReader::new(input.metadata().await?, Box::new(input.reader().await?));
     let metadata = ArrowReaderMetadata::load_async(&mut file, options(&selected)).await?;
     let mask = projection(&metadata, schema);
+    let rows_per_batch = batch_rows(metadata.metadata(), &mask, BATCH_ROWS);
     let mut builder = ParquetRecordBatchStreamBuilder::new_with_metadata(file, metadata)
         .with_projection(mask)
-        .with_batch_size(BATCH_ROWS);
+        .with_batch_size(rows_per_batch);
     if let Selected::Rows(positions) = &selected {
         builder = builder.with_row_selection(row_selection(positions, rows.record_count));
     }
@@ -156,6 +158,7 @@ impl RowsRead {
     }
 }
 
+/// Rows a decoded batch of narrow rows holds.
 const BATCH_ROWS: usize = 8192;
 
 /// The selected rows of a data file, in `schema`. The file is read whole: map tasks use
@@ -176,9 +179,10 @@ pub async fn read_data_file(
     tokio::task::spawn_blocking(move || {
         let metadata = ArrowReaderMetadata::load(&bytes, options(&selected))?;
         let mask = projection(&metadata, &schema);
+        let rows_per_batch = batch_rows(metadata.metadata(), &mask, BATCH_ROWS);
         let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(bytes, metadata)
             .with_projection(mask)
-            .with_batch_size(BATCH_ROWS);
+            .with_batch_size(rows_per_batch);
         if let Selected::Rows(positions) = &selected {
             builder = builder.with_row_selection(row_selection(positions, rows.record_count));
         }

@@ -1,16 +1,19 @@
 //! Tables of wide rows: a page ends once its events store 8 MiB in the change store,
 //! before `limit`, and the pages still hold every event once, in order, in every format,
-//! as net pages and as a stream.
+//! as net pages and as a stream; a rewrite decodes them a few at a time and its changes
+//! are exact however it is computed.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray};
+use arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch, StringArray, UInt32Array};
+use arrow::compute::{concat_batches, take_record_batch};
+use icefeed::config::Settings;
 use serde_json::{Value, json};
 
 use crate::fixtures::{orders, orders_schema};
 use crate::stream::SseClient;
-use crate::support::{Node, Warehouse, head};
+use crate::support::{Node, Warehouse, counter, fresh_database, head, id_json, test_settings};
 
 /// Wide rows of the table: enough for three pages, and far fewer than `limit`.
 const ROWS: i64 = 180;
@@ -166,4 +169,135 @@ async fn pages_of_wide_rows_end_early_and_together_hold_every_event() {
         );
     }
     node.shutdown().await;
+}
+
+/// `rows` rewritten the way an UPDATE and DELETE and INSERT commit by copy-on-write: row
+/// 3 deleted, the names of rows 50 and 99 reversed (still wide), row 1000 inserted, the
+/// other rows copied.
+fn rewritten(rows: &RecordBatch) -> RecordBatch {
+    let kept: Vec<u32> = (0..rows.num_rows() as u32).filter(|&i| i != 3).collect();
+    let kept = take_record_batch(rows, &UInt32Array::from(kept)).unwrap();
+    let ids = kept.column(0).as_primitive::<arrow::datatypes::Int64Type>();
+    let names = kept.column(1).as_string::<i32>();
+    let names: StringArray = (0..kept.num_rows())
+        .map(|i| match ids.value(i) {
+            50 | 99 => Some(names.value(i).chars().rev().collect::<String>()),
+            _ => Some(names.value(i).to_string()),
+        })
+        .collect();
+    let mut columns = kept.columns().to_vec();
+    columns[1] = Arc::new(names);
+    let kept = RecordBatch::try_new(kept.schema(), columns).unwrap();
+    concat_batches(&kept.schema(), &[kept.clone(), wide_orders(1000..1001)]).unwrap()
+}
+
+/// The name of row `id` of `batch`.
+fn name_of(batch: &RecordBatch, id: i64) -> &str {
+    let ids = batch
+        .column(0)
+        .as_primitive::<arrow::datatypes::Int64Type>();
+    let at = ids.values().iter().position(|&i| i == id).unwrap();
+    batch.column(1).as_string::<i32>().value(at)
+}
+
+/// How a rewrite is computed, set by `scheduler` settings, and the counter that grows
+/// when it is computed that way.
+type Way = (&'static str, fn(&mut Settings), &'static str);
+const WAYS: [Way; 3] = [
+    (
+        "in place",
+        |s| {
+            s.scheduler.shuffle_from_bytes = u64::MAX;
+            s.scheduler.map_memory_bytes = 1 << 40;
+        },
+        "icefeed_rewrites_total{how=\"in_place\"}",
+    ),
+    (
+        "by map tasks in memory",
+        |s| s.scheduler.map_memory_bytes = 1 << 40,
+        "icefeed_rewrites_total{how=\"shuffled\"}",
+    ),
+    // Far less than the rows decoded: every map task spills.
+    (
+        "by map tasks through spill partitions",
+        |s| s.scheduler.map_memory_bytes = 1 << 20,
+        "icefeed_shuffle_spilled_partitions_total",
+    ),
+];
+
+#[tokio::test]
+async fn rewrites_of_wide_rows_are_exact_however_they_are_computed() {
+    // 100 rows of 200 KB: a decoded batch holds about 8 MiB, so each side of the rewrite
+    // is read in several batches.
+    let rows = wide_orders(0..100);
+    let after = rewritten(&rows);
+    for (way, configure, grows) in WAYS {
+        let wh = Warehouse::new().await;
+        let t = wh.create("shop.orders", orders_schema(), None).await;
+        let table = wh.append(&t, std::slice::from_ref(&rows)).await;
+        let store = tempfile::tempdir().unwrap();
+        let mut settings = test_settings(&fresh_database().await, store.path());
+        configure(&mut settings);
+        let node = Node::start(settings).await;
+        let id = node
+            .register(&wh.registration("shop.orders", json!({})))
+            .await;
+        node.wait_for_checkpoint(&id, head(&table)).await;
+        let (_, cursor) = node.all_events(&id, None, 1000).await;
+        let before = counter(&node, grows).await;
+        let table = wh.overwrite_all(&table, std::slice::from_ref(&after)).await;
+        node.wait_for_checkpoint(&id, head(&table)).await;
+        let (events, _) = node.all_events(&id, Some(&cursor), 1000).await;
+        let name = |image: &Value| image["name"].as_str().unwrap().to_string();
+        let mut seen: Vec<(i64, String)> = events
+            .iter()
+            .map(|e| {
+                assert_eq!(e["snapshot_id"], id_json(head(&table)), "{way}");
+                let image = if e["op"] == "delete" {
+                    &e["before"]
+                } else {
+                    &e["after"]
+                };
+                (
+                    image["id"].as_i64().unwrap(),
+                    e["op"].as_str().unwrap().into(),
+                )
+            })
+            .collect();
+        seen.sort();
+        let expected = [
+            (3, "delete"),
+            (50, "update"),
+            (99, "update"),
+            (1000, "insert"),
+        ];
+        let expected: Vec<(i64, String)> = expected
+            .iter()
+            .map(|(i, op)| (*i, op.to_string()))
+            .collect();
+        assert_eq!(
+            seen, expected,
+            "{way}: the rewrite's changes, every copy cancelled"
+        );
+        for e in &events {
+            let (before, after_image) = (&e["before"], &e["after"]);
+            match e["op"].as_str().unwrap() {
+                "delete" => assert!(name(before) == name_of(&rows, 3), "{way}: row 3"),
+                "insert" => assert!(name(after_image) == name_of(&after, 1000), "{way}"),
+                _ => {
+                    let row = before["id"].as_i64().unwrap();
+                    assert!(name(before) == name_of(&rows, row), "{way}: {row} before");
+                    assert!(
+                        name(after_image) == name_of(&after, row),
+                        "{way}: {row} after"
+                    );
+                }
+            }
+        }
+        assert!(
+            counter(&node, grows).await > before,
+            "{way}: {grows} did not grow"
+        );
+        node.shutdown().await;
+    }
 }

@@ -39,6 +39,9 @@ pub struct AppendOptions {
     pub max_rows_per_file: Option<usize>,
     /// Extra entries for the snapshot summary (e.g. to tag benchmark commits).
     pub snapshot_properties: HashMap<String, String>,
+    /// How the Parquet files are laid out; `None`: zstd, the parquet crate's defaults
+    /// otherwise.
+    pub writer_properties: Option<WriterProperties>,
 }
 
 /// Opens (creating when missing) the sqlite-backed catalog at `<dir>/catalog.db` with its
@@ -198,9 +201,11 @@ pub async fn write_data_files(
         }
     }
 
-    let props = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::default()))
-        .build();
+    let props = options.writer_properties.clone().unwrap_or_else(|| {
+        WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::default()))
+            .build()
+    });
     let rolling = RollingFileWriterBuilder::new_with_default_file_size(
         ParquetWriterBuilder::new(props, schema),
         table.file_io().clone(),
@@ -306,6 +311,7 @@ mod tests {
         let options = AppendOptions {
             max_rows_per_file: Some(100),
             snapshot_properties: HashMap::from([("origin".into(), "test".into())]),
+            ..Default::default()
         };
         let table = append(&catalog, &table, &[generator.next_batch(500)], &options)
             .await
