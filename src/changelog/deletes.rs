@@ -60,6 +60,8 @@ pub struct DataEntry {
     pub sequence: i64,
     /// Where its rows get their lineage (v3).
     pub lineage: Option<FileLineage>,
+    /// A fingerprint of each column's bounds in its manifest entry (`copy_order`).
+    pub bounds: Vec<u64>,
 }
 
 /// A live delete file of a table state.
@@ -209,6 +211,7 @@ mod tests {
             scope: scope(partition),
             sequence,
             lineage: None,
+            bounds: Vec::new(),
         }
     }
 

@@ -4,7 +4,8 @@
 
 mod batch_rows;
 pub mod carryover;
-mod copied;
+pub(crate) mod copied;
+mod copy_order;
 mod deleted;
 pub mod deletes;
 mod field_reader;
@@ -23,6 +24,7 @@ use iceberg::table::Table;
 use serde::{Deserialize, Serialize};
 
 pub use crate::change::FileLineage;
+use copy_order::{Bounded, bounds_of, copy_order, reordered};
 pub use deleted::{DataFileRef, DeleteCache};
 pub use deletes::DeleteRef;
 pub use lineage::{LineageError, Pending, Reset, pending_snapshots};
@@ -147,9 +149,19 @@ async fn plan_changes(table: &Table, snapshot: &SnapshotRef) -> Result<SnapshotP
     };
     let (removed, added): (Vec<_>, Vec<_>) = files
         .into_iter()
-        .partition(|(status, _)| *status == ManifestStatus::Deleted);
-    let removed: Vec<FileRows> = removed.into_iter().map(|(_, file)| file).collect();
-    let added: Vec<FileRows> = added.into_iter().map(|(_, file)| file).collect();
+        .partition(|(status, _, _)| *status == ManifestStatus::Deleted);
+    fn bounded((_, file, bounds): &(ManifestStatus, FileRows, Vec<u64>)) -> Bounded<'_, String> {
+        (&file.group, bounds)
+    }
+    let order = copy_order(
+        &removed.iter().map(bounded).collect::<Vec<_>>(),
+        &added.iter().map(bounded).collect::<Vec<_>>(),
+    );
+    let removed: Vec<FileRows> = removed.into_iter().map(|(_, file, _)| file).collect();
+    let added: Vec<FileRows> = reordered(added, &order)
+        .into_iter()
+        .map(|(_, file, _)| file)
+        .collect();
     let counts = summary::FileCounts {
         added_data: added.len(),
         removed_data: removed.len(),
@@ -186,15 +198,15 @@ pub async fn plan_export(table: &Table, snapshot: &SnapshotRef) -> Result<Snapsh
     let live = |_: &ManifestFile, entry: &ManifestEntry| entry.is_alive().then(String::new);
     match data_files(table, snapshot.snapshot_id(), &list, |_| true, live).await? {
         Ok(files) => Ok(SnapshotPlan::Inserts(
-            files.into_iter().map(|(_, file)| file).collect(),
+            files.into_iter().map(|(_, file, _)| file).collect(),
         )),
         Err(reason) => Ok(SnapshotPlan::Unsupported(reason)),
     }
 }
 
 /// The data files of the entries `entry_group` picks (giving each its partition group)
-/// in the manifests of `list` that `manifest_wanted` picks, with each entry's status and
-/// row lineage; or why one of them cannot be read. Lineage is counted over every entry
+/// in the manifests of `list` that `manifest_wanted` picks, with each entry's status,
+/// row lineage and bounds (`copy_order`); or why one of them cannot be read. Lineage is counted over every entry
 /// of a manifest, picked or not: a file's first row id follows those listed before it.
 async fn data_files(
     table: &Table,
@@ -202,7 +214,7 @@ async fn data_files(
     list: &ManifestList,
     manifest_wanted: impl Fn(&ManifestFile) -> bool,
     entry_group: impl Fn(&ManifestFile, &ManifestEntry) -> Option<String>,
-) -> Result<Result<Vec<(ManifestStatus, FileRows)>, String>, PlanError> {
+) -> Result<Result<Vec<(ManifestStatus, FileRows, Vec<u64>)>, String>, PlanError> {
     let tracked = tracks_lineage(table.metadata());
     let mut files = Vec::new();
     for manifest in list.entries().iter().filter(|m| manifest_wanted(m)) {
@@ -214,7 +226,7 @@ async fn data_files(
                 continue;
             };
             match data_file_rows(entry, group, lineage) {
-                Ok(file) => files.push((entry.status(), file)),
+                Ok(file) => files.push((entry.status(), file, bounds_of(entry.data_file()))),
                 Err(reason) => return Ok(Err(reason)),
             }
         }

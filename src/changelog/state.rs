@@ -19,6 +19,7 @@ use std::collections::{BTreeMap, HashSet};
 use iceberg::spec::{DataContentType, DataFileFormat, ManifestList, ManifestStatus, SnapshotRef};
 use iceberg::table::Table;
 
+use super::copy_order::{Bounded, bounds_of, copy_order, reordered};
 use super::deletes::{DataEntry, DeleteEntry, DeleteError, DeleteIndex, DeleteRef, Scope};
 use super::row_ids::{FirstRowIds, tracks_lineage};
 use super::summary::{FileCounts, disagreement};
@@ -171,8 +172,17 @@ fn compare(
     );
 
     let mut inserted = Vec::new();
-    for path in &entries.added_data {
-        let file = &entries.data[path];
+    let added_files: Vec<&DataEntry> = (entries.added_data.iter())
+        .map(|path| &entries.data[path])
+        .collect();
+    fn bounded(f: &DataEntry) -> Bounded<'_, Scope> {
+        (&f.scope, &f.bounds)
+    }
+    let order = copy_order(
+        &entries.removed_data.iter().map(bounded).collect::<Vec<_>>(),
+        &added_files.iter().map(|f| bounded(f)).collect::<Vec<_>>(),
+    );
+    for file in reordered(added_files, &order) {
         inserted.push(rows(file, now.applicable(file)?, None));
     }
     let mut deleted = Vec::new();
@@ -291,6 +301,7 @@ async fn load(
                     scope,
                     sequence,
                     lineage,
+                    bounds: bounds_of(file),
                 };
                 if removed {
                     entries.removed_data.push(data);
@@ -383,6 +394,7 @@ mod tests {
             scope: scope(),
             sequence,
             lineage: None,
+            bounds: Vec::new(),
         }
     }
 
