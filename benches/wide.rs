@@ -18,7 +18,9 @@
 //! 4. times from the commit to the checkpoint reaching it and reads the peak RSS above
 //!    the RSS before the commit;
 //! 5. pages through the change set: `--changed` updates, each with its old and new
-//!    document.
+//!    document;
+//! 6. decodes the removed and added files with bare Arrow on 2 threads (the floor,
+//!    median of 3 runs).
 //!
 //! PostgreSQL: `ICEFEED_BENCH_DATABASE_URL` (a role that may create databases).
 
@@ -33,7 +35,11 @@ mod generate;
 #[path = "load/harness.rs"]
 #[allow(dead_code)]
 mod harness;
+#[path = "load/scan.rs"]
+#[allow(dead_code)]
+mod scan;
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
@@ -139,6 +145,7 @@ async fn update(args: &Args, dir: &Path, base: &str) -> anyhow::Result<()> {
         "table": TABLE, "start": "latest", "poll_interval_ms": 100,
     });
     let (id, _) = cdc::register_at_head(&client, base, &registration, &table).await?;
+    let before = live_paths(&table).await?;
 
     let idle_kib = status_kib("VmRSS:").context("VmRSS")?;
     anyhow::ensure!(harness::reset_peak_rss(), "cannot reset the peak RSS");
@@ -157,7 +164,7 @@ async fn update(args: &Args, dir: &Path, base: &str) -> anyhow::Result<()> {
         .unwrap_or("0");
     let rewritten = changed_ids(args)
         .map(|row| row / args.rows_per_file as u64)
-        .collect::<std::collections::BTreeSet<_>>()
+        .collect::<BTreeSet<_>>()
         .len() as u64;
     let decoded_mib = (2 * rewritten * args.rows_per_file as u64 * args.row_bytes as u64) >> 20;
     let budget_mib = icefeed::config::SchedulerSettings::default().map_memory_bytes >> 20;
@@ -176,7 +183,26 @@ async fn update(args: &Args, dir: &Path, base: &str) -> anyhow::Result<()> {
         grown_mib as f64 / decoded_mib.max(1) as f64,
     );
     println!("check: {}", check(args, &client, base, &id).await?);
+
+    let after = live_paths(&catalog.load_table(&ident()?).await?).await?;
+    let jobs: Vec<scan::Decode> = (before.symmetric_difference(&after))
+        .map(|path| scan::Decode::Parquet(cdc::local_path(path)))
+        .collect();
+    let floor = scan::bare_decode_median(&jobs, 2, scan::FLOOR_RUNS)?;
+    println!(
+        "floor (bare decode of the {} removed and added files, 2 threads): {:.2}s; \
+         publish {:.2}x the floor",
+        jobs.len(),
+        floor.elapsed.as_secs_f64(),
+        elapsed.as_secs_f64() / floor.elapsed.as_secs_f64()
+    );
     Ok(())
+}
+
+/// The paths of the table's live data files.
+async fn live_paths(table: &iceberg::table::Table) -> anyhow::Result<BTreeSet<String>> {
+    let files = live_data_files(table).await?;
+    Ok(files.iter().map(|f| f.file_path().to_string()).collect())
 }
 
 /// Runs this benchmark as a child process writing `step` into `dir`; its output.

@@ -10,6 +10,7 @@ mod in_place;
 mod map;
 mod reduce;
 mod spill;
+mod walk;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -1,9 +1,12 @@
-//! Map tasks over partition groups too large to cancel in memory. Rows are streamed a
-//! batch at a time and partitioned by a hash of the whole row into spill runs in the
-//! change store, under the snapshot's shuffle prefix; identical rows (carryover) share a
-//! partition, so cancelling one partition at a time is exact. Memory holds one run (a
-//! quarter of the budget) while streaming, then one partition (sized from the manifests
-//! to a quarter of the budget) while cancelling, plus the bucket writer's quarter.
+//! Map tasks over partition groups too large to cancel in memory. Both sides are streamed
+//! side by side, a batch at a time, through the in-order walk a window at a time
+//! (`walk`): the copies it pairs cancel there, and only what it leaves is partitioned by
+//! a hash of the whole row into spill runs in the change store, under the snapshot's
+//! shuffle prefix; identical rows (carryover the walk did not pair) share a partition,
+//! so cancelling one partition at a time is exact. Memory holds a window of each side
+//! (an eighth of the budget each) and one run (a quarter) while streaming, then one
+//! partition (sized from the manifests to a quarter of the budget) while cancelling,
+//! plus the bucket writer's quarter.
 //! Must not reach: `api`, `delivery`.
 
 use std::collections::BTreeSet;
@@ -11,17 +14,19 @@ use std::collections::BTreeSet;
 use arrow::array::RecordBatch;
 use arrow::error::ArrowError;
 use arrow::row::RowConverter;
-use futures::TryStreamExt;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
 
 use super::files::{
     DELETED, INSERTED, Partitioned, REGAINED, read_sides, shuffled_schema, with_side,
 };
 use super::map::{Buckets, cancel};
+use super::walk::{Sided, Windows};
 use super::{BucketFile, MapTask, estimated_memory};
-use crate::change::table_columns;
-use crate::changelog::DeleteCache;
+use crate::change::{has_lineage, table_columns, table_width};
 use crate::changelog::carryover::{row_hash, whole_row_converter};
 use crate::changelog::read::stream_data_file;
+use crate::changelog::{DeleteCache, FileRows};
 use crate::store::ClaimedTask;
 use crate::workers::task_context::{Opened, TaskContext, TaskError};
 
@@ -49,20 +54,38 @@ pub(super) async fn cancel_spilled(
     };
     let mut runs = Partitioned::new(partitions);
     let deletes = DeleteCache::default();
-    for (removed, files) in [(true, &map.removed), (false, &map.added)] {
-        for rows in files {
-            let side = match (removed, rows.regains_rows()) {
-                (true, _) => DELETED,
-                (false, false) => INSERTED,
-                (false, true) => REGAINED,
-            };
-            let mut batches = stream_data_file(&opened.file_io, rows, &opened.read, &deletes)
-                .await
-                .map_err(TaskError::reading)?;
-            while let Some(batch) = batches.try_next().await.map_err(TaskError::reading)? {
-                if side == REGAINED {
-                    out.resurrected += batch.num_rows() as i64;
+    // Each side's window: with the runs, a quarter of the budget.
+    let window = usize::try_from(budget / 8).unwrap_or(usize::MAX);
+    let compared = table_width(&schema) + usize::from(has_lineage(&schema));
+    for (removed, added) in map.split_groups(map.removed.clone(), map.added.clone()) {
+        let mut sides = [
+            side_batches(opened, &removed, true, &deletes),
+            side_batches(opened, &added, false, &deletes),
+        ];
+        let mut windows = Windows::new(window, compared);
+        while !windows.done() {
+            for (stream, removed) in sides.iter_mut().zip([true, false]) {
+                while windows.wants(removed) {
+                    match stream.try_next().await? {
+                        Some((batch, side)) => {
+                            if side == REGAINED {
+                                out.resurrected += batch.num_rows() as i64;
+                            }
+                            windows.push(removed, batch, side);
+                        }
+                        None => windows.end(removed),
+                    }
                 }
+            }
+            // The walk is CPU work on up to two windows of rows.
+            let (walked, unpaired) = tokio::task::spawn_blocking(move || {
+                let unpaired = windows.walk();
+                (windows, unpaired)
+            })
+            .await
+            .map_err(TaskError::joined)?;
+            windows = walked;
+            for (batch, side) in unpaired.map_err(TaskError::compute)? {
                 let of =
                     partition_of(&converter, &batch, partitions).map_err(TaskError::compute)?;
                 let batch = with_side(&shuffled, &batch, side).map_err(TaskError::compute)?;
@@ -96,6 +119,32 @@ pub(super) async fn cancel_spilled(
     metrics::counter!(crate::telemetry::metric::SPILLED_PARTITIONS.name)
         .increment(partitions as u64);
     Ok(partitions)
+}
+
+/// The rows of `files` (of the removed side, or the added), in file order, a batch at a
+/// time, each with its `_side`.
+fn side_batches<'a>(
+    opened: &'a Opened,
+    files: &'a [FileRows],
+    removed: bool,
+    deletes: &'a DeleteCache,
+) -> BoxStream<'a, Result<Sided, TaskError>> {
+    futures::stream::iter(files)
+        .then(move |rows| async move {
+            let side = match (removed, rows.regains_rows()) {
+                (true, _) => DELETED,
+                (false, false) => INSERTED,
+                (false, true) => REGAINED,
+            };
+            let batches = stream_data_file(&opened.file_io, rows, &opened.read, deletes)
+                .await
+                .map_err(TaskError::reading)?;
+            Ok(batches
+                .map_err(TaskError::reading)
+                .map_ok(move |batch| (batch, side)))
+        })
+        .try_flatten()
+        .boxed()
 }
 
 /// Partitions for `estimate` bytes of rows, each about a quarter of `budget`.
