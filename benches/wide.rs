@@ -51,6 +51,7 @@ use arrow::datatypes::Int64Type;
 use clap::{Parser, ValueEnum};
 use iceberg::spec::{NestedField, PrimitiveType, Schema, Type};
 use iceberg::{Catalog, TableIdent};
+use icefeed_testkit::letters::letters;
 use icefeed_testkit::rewrite::{live_data_files, read_data_file, rewrite_with};
 use icefeed_testkit::writer::{self, AppendOptions};
 use parquet::basic::{Compression, ZstdLevel};
@@ -334,21 +335,9 @@ fn rows(rows: impl Iterator<Item = (u64, String)>) -> RecordBatch {
     RecordBatch::try_new(Arc::new(schema), vec![ids, docs]).expect("the table's columns")
 }
 
-/// Version `version` of row `id`'s document: `bytes` letters no codec compresses much.
+/// Version `version` of row `id`'s document.
 fn doc(id: u64, version: u64, bytes: usize) -> String {
-    // splitmix64 of the row and version seeds a xorshift64 sequence.
-    let mut state = (id << 1 | version).wrapping_add(0x9E37_79B9_7F4A_7C15);
-    state = (state ^ (state >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    state = (state ^ (state >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    state = (state ^ (state >> 31)) | 1;
-    (0..bytes)
-        .map(|_| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            char::from(b'a' + (state % 26) as u8)
-        })
-        .collect()
+    letters((id << 1) | version, bytes)
 }
 
 /// "ok" when the feed holds exactly one update per changed row, from its old document to

@@ -9,6 +9,7 @@ use std::time::Duration;
 use arrow::array::{Array, ArrayRef, AsArray, Int64Array, RecordBatch, StringArray, UInt32Array};
 use arrow::compute::{concat_batches, take_record_batch};
 use icefeed::config::Settings;
+use icefeed_testkit::letters::letters;
 use serde_json::{Value, json};
 
 use crate::fixtures::{orders, orders_schema};
@@ -42,22 +43,9 @@ fn parquet_bytes(dir: &std::path::Path) -> u64 {
 /// `orders` rows whose names are [`NAME_BYTES`] of letters no codec compresses much.
 fn wide_orders(ids: std::ops::Range<i64>) -> RecordBatch {
     let narrow = orders(ids.clone());
-    let mut state = 0x9E37_79B9_7F4A_7C15u64;
-    let names: Vec<String> = ids
-        .map(|_| {
-            (0..NAME_BYTES)
-                .map(|_| {
-                    // xorshift64: a fixed, incompressible-enough sequence.
-                    state ^= state << 13;
-                    state ^= state >> 7;
-                    state ^= state << 17;
-                    char::from(b'a' + (state % 26) as u8)
-                })
-                .collect()
-        })
-        .collect();
+    let names: StringArray = ids.map(|id| Some(letters(id as u64, NAME_BYTES))).collect();
     let mut columns: Vec<ArrayRef> = narrow.columns().to_vec();
-    columns[1] = Arc::new(StringArray::from(names));
+    columns[1] = Arc::new(names);
     RecordBatch::try_new(narrow.schema(), columns).unwrap()
 }
 

@@ -9,6 +9,7 @@
 
 mod catalog_pointer;
 pub mod demo;
+pub mod letters;
 pub mod rewrite;
 pub mod taxi;
 pub mod writer;
