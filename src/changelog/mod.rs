@@ -205,9 +205,10 @@ pub async fn plan_export(table: &Table, snapshot: &SnapshotRef) -> Result<Snapsh
 }
 
 /// The data files of the entries `entry_group` picks (giving each its partition group)
-/// in the manifests of `list` that `manifest_wanted` picks, with each entry's status,
-/// row lineage and bounds (`copy_order`); or why one of them cannot be read. Lineage is counted over every entry
-/// of a manifest, picked or not: a file's first row id follows those listed before it.
+/// in the manifests of `list` that `manifest_wanted` picks, with each entry's status, row
+/// lineage and bounds (`copy_order`); or why one of them cannot be read. Lineage is
+/// counted over every entry of a manifest, picked or not: a file's first row id follows
+/// those listed before it.
 async fn data_files(
     table: &Table,
     snapshot: i64,
