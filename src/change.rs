@@ -99,6 +99,11 @@ pub struct Survivors {
 }
 
 impl Survivors {
+    /// Bytes the rows take in memory.
+    pub fn memory_size(&self) -> u64 {
+        (self.deleted.get_array_memory_size() + self.inserted.get_array_memory_size()) as u64
+    }
+
     /// The anomaly of the change whose `after` row is `after`, if any.
     pub fn anomaly(&self, after: Option<u32>) -> Option<Anomaly> {
         let after = after?;

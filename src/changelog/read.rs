@@ -3,6 +3,9 @@
 //! row selection, so that the page index skips pages no selected row is in).
 //! Must not reach: `store`, `workers`.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use arrow::array::RecordBatch;
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -161,20 +164,55 @@ impl RowsRead {
 /// Rows a decoded batch of narrow rows holds.
 const BATCH_ROWS: usize = 8192;
 
-/// The selected rows of a data file, in `schema`. The file is read whole: map tasks use
-/// it only for inputs that fit their memory budget.
+/// Bytes of decoded rows that the reads sharing it may hold at once. Memory budgets are
+/// planned from stored sizes, and rows may decode to any multiple of those (a column of a
+/// few distinct strings is stored as a few bits a row): reads count what they decode, and
+/// stop with [`ChangeStoreError::OverBudget`] as soon as it passes the limit.
+#[derive(Debug, Clone)]
+pub struct DecodedBudget {
+    held: Arc<AtomicU64>,
+    limit: u64,
+}
+
+impl DecodedBudget {
+    /// A budget of `limit` bytes.
+    pub fn new(limit: u64) -> Self {
+        Self {
+            held: Arc::default(),
+            limit,
+        }
+    }
+
+    /// Counts `bytes` more as held; fails when that passes the limit.
+    fn hold(&self, bytes: u64) -> Result<(), ChangeStoreError> {
+        let held = self.held.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        if held > self.limit {
+            return Err(ChangeStoreError::OverBudget(self.limit));
+        }
+        Ok(())
+    }
+
+    /// Counts `bytes` as no longer held.
+    pub fn release(&self, bytes: u64) {
+        self.held.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
+
+/// The selected rows of a data file, in `schema`. The file is read whole, and every batch
+/// it decodes is counted in `budget`, which it must stay within.
 pub async fn read_data_file(
     file_io: &FileIO,
     rows: &FileRows,
     schema: &ReadSchema,
     deletes: &DeleteCache,
+    budget: &DecodedBudget,
 ) -> Result<Vec<RecordBatch>, ChangeStoreError> {
     let selected = select(file_io, rows, schema, deletes).await?;
     if let Selected::Nothing = selected {
         return Ok(Vec::new());
     }
     let bytes = file_io.new_input(&rows.path)?.read().await?;
-    let (schema, rows) = (schema.clone(), rows.clone());
+    let (schema, rows, budget) = (schema.clone(), rows.clone(), budget.clone());
     // Decoding is CPU work: keep it off the async workers.
     tokio::task::spawn_blocking(move || {
         let metadata = ArrowReaderMetadata::load(&bytes, options(&selected))?;
@@ -189,7 +227,11 @@ pub async fn read_data_file(
         let reader = builder.build()?;
         let mut rows_read = RowsRead::new(&schema, &rows, selected);
         reader
-            .map(|batch| rows_read.next(&batch?))
+            .map(|batch| {
+                let batch = rows_read.next(&batch?)?;
+                budget.hold(batch.get_array_memory_size() as u64)?;
+                Ok(batch)
+            })
             .collect::<Result<Vec<_>, _>>()
     })
     .await
@@ -199,6 +241,24 @@ pub async fn read_data_file(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_budget_holds_up_to_its_limit_and_what_is_released_is_held_again() {
+        let budget = DecodedBudget::new(100);
+        let shared = budget.clone();
+        assert!(budget.hold(60).is_ok());
+        assert!(
+            shared.hold(40).is_ok(),
+            "reads sharing a budget count together"
+        );
+        assert!(matches!(
+            budget.hold(1),
+            Err(ChangeStoreError::OverBudget(100))
+        ));
+        budget.release(61);
+        assert!(shared.hold(60).is_ok());
+        assert!(budget.hold(1).is_err());
+    }
 
     #[test]
     fn a_row_selection_takes_exactly_the_selected_positions() {

@@ -60,6 +60,10 @@ pub enum ChangeStoreError {
     /// Decoding Parquet failed.
     #[error("parquet: {0}")]
     Parquet(#[from] parquet::errors::ParquetError),
+    /// Rows read into memory decoded to more than the reader's budget of this many bytes
+    /// (see `changelog::read::DecodedBudget`); the reader computes them another way.
+    #[error("decoded rows would pass the memory budget of {0} bytes")]
+    OverBudget(u64),
 }
 
 impl From<object_store::Error> for ChangeStoreError {

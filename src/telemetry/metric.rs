@@ -102,7 +102,16 @@ pub const TASK_DURATION: Metric = histogram(
 pub const SPILLED_PARTITIONS: Metric = counter(
     "icefeed_shuffle_spilled_partitions_total",
     Count,
-    "Spill partitions of map tasks whose input exceeded scheduler.map_memory_bytes",
+    "Spill partitions of map tasks whose input exceeded scheduler.map_memory_bytes, by \
+     level: 0 for a task's, 1 and deeper for a partition split again because its rows \
+     decoded to more than a quarter of the budget",
+);
+pub const OVER_ESTIMATE: Metric = counter(
+    "icefeed_decoded_over_estimate_total",
+    Count,
+    "Rewrites computed in place (where=in_place) and map tasks (where=map) whose rows \
+     decoded to more than their stored sizes promised and than scheduler.map_memory_bytes \
+     holds, and were computed through the shuffle or spill partitions instead",
 );
 pub const REWRITES: Metric = counter(
     "icefeed_rewrites_total",
@@ -255,6 +264,7 @@ pub const ALL: &[Metric] = &[
     TASK_FAILURES,
     TASK_DURATION,
     SPILLED_PARTITIONS,
+    OVER_ESTIMATE,
     REWRITES,
     INSERT_BYTES_COPIED,
     RESURRECTED_ROWS,

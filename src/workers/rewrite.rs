@@ -42,9 +42,13 @@ impl Rewrite<'_> {
     ) -> Result<ShuffleOutcome, SyncError> {
         let snapshot_id = self.change_set.snapshot_id;
         let stored: u64 = removed.iter().chain(&added).map(|f| f.size).sum();
-        let outcome = if computed_in_place(stored, self.settings) {
+        let in_place = match computed_in_place(stored, self.settings) {
+            true => self.in_place(removed.clone(), added.clone()).await?,
+            false => None,
+        };
+        let outcome = if let Some(outcome) = in_place {
             metrics::counter!(metric::REWRITES.name, "how" => "in_place").increment(1);
-            self.in_place(removed, added).await?
+            outcome
         } else {
             metrics::counter!(metric::REWRITES.name, "how" => "shuffled").increment(1);
             let shuffle = Shuffle {
@@ -74,12 +78,13 @@ impl Rewrite<'_> {
         Ok(outcome)
     }
 
-    /// Computes a small rewrite here, in memory (see `shuffle::in_place`).
+    /// Computes a small rewrite here, in memory (see `shuffle::in_place`); `None` when
+    /// its rows decode to more than a map task may hold after all.
     async fn in_place(
         &self,
         removed: Vec<FileRows>,
         added: Vec<FileRows>,
-    ) -> Result<ShuffleOutcome, SyncError> {
+    ) -> Result<Option<ShuffleOutcome>, SyncError> {
         let in_place = InPlace {
             iceberg: self.iceberg,
             schema_id: self.schema.schema_id(),
@@ -88,8 +93,13 @@ impl Rewrite<'_> {
             change_set: self.change_set,
             key: &self.key,
             parallelism: self.settings.task_workers,
+            memory_bytes: self.settings.map_memory_bytes,
         };
-        in_place.run(removed, added).await
+        let outcome = in_place.run(removed, added).await?;
+        if outcome.is_none() {
+            metrics::counter!(metric::OVER_ESTIMATE.name, "where" => "in_place").increment(1);
+        }
+        Ok(outcome)
     }
 }
 

@@ -11,7 +11,7 @@ use iceberg::table::Table;
 
 use crate::catalog::{CatalogCache, CatalogConfig, CatalogError, StorageFault, parse_ident};
 use crate::change::{table_columns, table_width};
-use crate::changelog::read::read_data_file;
+use crate::changelog::read::{DecodedBudget, read_data_file};
 use crate::changelog::{DeleteCache, FileRows};
 use crate::changes::json::{JsonOptions, RecordEncoder};
 use crate::changes::{ChangeStore, ChangeStoreError, ReadSchema};
@@ -166,24 +166,27 @@ impl Opened {
         })
     }
 
-    /// Reads the rows of data files concurrently: the batches of each, in file order.
+    /// Reads the rows of data files concurrently: the batches of each, in file order; or
+    /// `None` as soon as they would pass `budget`.
     pub async fn read_each_file(
         &self,
         files: &[FileRows],
         deletes: &DeleteCache,
-    ) -> Result<Vec<Vec<RecordBatch>>, TaskError> {
+        budget: &DecodedBudget,
+    ) -> Result<Option<Vec<Vec<RecordBatch>>>, TaskError> {
         let reads: Vec<_> = files
             .iter()
-            .map(|rows| async move {
-                read_data_file(&self.file_io, rows, &self.read, deletes)
-                    .await
-                    .map_err(TaskError::reading)
-            })
+            .map(|rows| read_data_file(&self.file_io, rows, &self.read, deletes, budget))
             .collect();
-        futures::stream::iter(reads)
+        let read = futures::stream::iter(reads)
             .buffered(self.concurrency)
             .try_collect()
-            .await
+            .await;
+        match read {
+            Ok(files) => Ok(Some(files)),
+            Err(ChangeStoreError::OverBudget(_)) => Ok(None),
+            Err(e) => Err(TaskError::reading(e)),
+        }
     }
 }
 

@@ -13,7 +13,7 @@ use arrow::error::ArrowError;
 use futures::TryStreamExt;
 use iceberg::table::Table;
 
-use super::map::{CancelledGroup, cancel_groups};
+use super::map::{CancelledGroup, cancel_groups, decoded_budget};
 use super::reduce::pair_by_key;
 use super::{ShuffleOutcome, partition_groups, stopped};
 use crate::change::Survivors;
@@ -41,16 +41,20 @@ pub struct InPlace<'a> {
     pub key: &'a [usize],
     /// Segments encoded at the same time (the node's task workers).
     pub parallelism: usize,
+    /// Memory the rows may take once decoded (`scheduler.map_memory_bytes`).
+    pub memory_bytes: u64,
 }
 
 impl InPlace<'_> {
     /// Computes the changes of `removed` and `added` and writes them as the change set's
-    /// segments, in order.
+    /// segments, in order; `None` when their rows decode to more than
+    /// [`Self::memory_bytes`] holds: nothing is written then, and the rewrite is for the
+    /// shuffle.
     pub async fn run(
         &self,
         removed: Vec<FileRows>,
         added: Vec<FileRows>,
-    ) -> Result<ShuffleOutcome, SyncError> {
+    ) -> Result<Option<ShuffleOutcome>, SyncError> {
         self.compute(removed, added).await.map_err(|e| {
             let snapshot_id = self.change_set.snapshot_id;
             match e {
@@ -64,7 +68,7 @@ impl InPlace<'_> {
         &self,
         removed: Vec<FileRows>,
         added: Vec<FileRows>,
-    ) -> Result<ShuffleOutcome, TaskError> {
+    ) -> Result<Option<ShuffleOutcome>, TaskError> {
         // One map task over every partition group, cancelled group by group.
         let Some(map) = partition_groups(self.schema_id, self.key, 1, removed, added)
             .into_values()
@@ -73,7 +77,7 @@ impl InPlace<'_> {
                 all
             })
         else {
-            return Ok(ShuffleOutcome::default());
+            return Ok(Some(ShuffleOutcome::default()));
         };
         let opened = Opened::new(
             self.iceberg,
@@ -81,7 +85,18 @@ impl InPlace<'_> {
             map.lineage,
             self.file_concurrency,
         )?;
-        let groups: Vec<CancelledGroup> = cancel_groups(&opened, map).try_collect().await?;
+        let mut groups: Vec<CancelledGroup> = Vec::new();
+        let mut cancelled = std::pin::pin!(cancel_groups(
+            &opened,
+            map,
+            decoded_budget(self.memory_bytes)
+        ));
+        while let Some(group) = cancelled.try_next().await? {
+            let Some(group) = group else {
+                return Ok(None);
+            };
+            groups.push(group);
+        }
         let resurrected = groups.iter().map(|g| g.resurrected).sum();
         let survivors = combine(&opened.read.batch_schema(), groups)
             .map_err(TaskError::compute)
@@ -131,12 +146,12 @@ impl InPlace<'_> {
                 })
             }
         });
-        Ok(ShuffleOutcome {
+        Ok(Some(ShuffleOutcome {
             deleted,
             inserted,
             resurrected,
             segments: futures::future::try_join_all(writes).await?,
-        })
+        }))
     }
 }
 

@@ -16,7 +16,9 @@ use super::{MapResult, MapTask, estimated_memory, spill};
 use crate::change::{Survivors, has_lineage, table_width};
 use crate::changelog::DeleteCache;
 use crate::changelog::carryover::cancel_carryover;
+use crate::changelog::read::DecodedBudget;
 use crate::store::ClaimedTask;
+use crate::telemetry::metric::OVER_ESTIMATE;
 use crate::workers::task_context::{Opened, TaskContext, TaskError};
 
 /// Runs a map task.
@@ -30,19 +32,52 @@ pub async fn run_map(
     let budget = ctx.map_memory_bytes;
     let mut out = Buckets::new(ctx, task, &schema, &map, budget)?;
     let spilled_partitions = if estimated_memory(map.held_input_bytes()) <= budget {
-        let mut groups = std::pin::pin!(cancel_groups(&opened, map));
-        while let Some(group) = groups.try_next().await? {
-            out.resurrected += group.resurrected;
-            out.push(group.survivors).await?;
+        match cancel_in_memory(&opened, map, budget, &mut out).await? {
+            None => 0,
+            Some((rest, estimate)) => {
+                metrics::counter!(OVER_ESTIMATE.name, "where" => "map").increment(1);
+                spill::cancel_spilled(ctx, task, &opened, &rest, estimate, &mut out).await?
+            }
         }
-        0
     } else {
-        spill::cancel_spilled(ctx, task, &opened, &map, &mut out).await?
+        let estimate = estimated_memory(map.input_bytes);
+        spill::cancel_spilled(ctx, task, &opened, &map, estimate, &mut out).await?
     };
     Ok(MapResult {
         spilled_partitions,
         ..out.finish().await?
     })
+}
+
+/// Cancels `map`'s partition groups in memory into `out`. When one would not fit
+/// `budget` once decoded, returns the groups left from it, with the memory they are
+/// estimated to take at the rate the groups in flight decoded at.
+async fn cancel_in_memory(
+    opened: &Opened,
+    map: MapTask,
+    budget: u64,
+    out: &mut Buckets<'_>,
+) -> Result<Option<(MapTask, u64)>, TaskError> {
+    let all = map.clone();
+    let decoded = decoded_budget(budget);
+    let mut groups = std::pin::pin!(cancel_groups(opened, map, decoded.clone()));
+    let mut cancelled = 0;
+    while let Some(group) = groups.try_next().await? {
+        let Some(group) = group else {
+            // The groups in flight (this one and the next) decoded to more than the
+            // budget holds: the rest is estimated at least at that rate.
+            let rest = all.groups_from(cancelled);
+            let seen = (rest.input_bytes.saturating_mul(budget)) / rest.leading_bytes().max(1);
+            let estimate = seen.max(estimated_memory(rest.input_bytes));
+            return Ok(Some((rest, estimate)));
+        };
+        cancelled += 1;
+        out.resurrected += group.resurrected;
+        // The bucket writer holds survivors within its own quarter of the budget.
+        decoded.release(group.survivors.memory_size());
+        out.push(group.survivors).await?;
+    }
+    Ok(None)
 }
 
 /// What cancelling carryover left of one partition group.
@@ -52,12 +87,21 @@ pub(super) struct CancelledGroup {
     pub resurrected: i64,
 }
 
+/// The budget of decoded rows of carryover cancelled in `memory` bytes: two thirds, since
+/// cancelling a group adds the row format of one of its sides.
+pub(super) fn decoded_budget(memory: u64) -> DecodedBudget {
+    DecodedBudget::new(memory / 3 * 2)
+}
+
 /// Cancels carryover in memory, partition group by group: each group's survivors, in
-/// order.
+/// order, while decoded rows stay within `budget` (memory is planned from stored sizes;
+/// see [`DecodedBudget`]); `None` for the first group they would not. The survivors stay
+/// counted in `budget` until their holder releases them.
 pub(super) fn cancel_groups(
     opened: &Opened,
     mut map: MapTask,
-) -> impl Stream<Item = Result<CancelledGroup, TaskError>> + '_ {
+    budget: DecodedBudget,
+) -> impl Stream<Item = Result<Option<CancelledGroup>, TaskError>> + '_ {
     let schema = opened.read.batch_schema();
     let deletes = DeleteCache::default();
     // Two groups are in flight: one is read while the other is cancelled, or both are
@@ -68,12 +112,21 @@ pub(super) fn cancel_groups(
     );
     futures::stream::iter(map.split_groups(removed, added))
         .map(move |(removed, files)| {
-            let (deletes, schema) = (deletes.clone(), schema.clone());
+            let (deletes, schema, budget) = (deletes.clone(), schema.clone(), budget.clone());
             async move {
-                let (removed, added) = futures::try_join!(
-                    opened.read_each_file(&removed, &deletes),
-                    opened.read_each_file(&files, &deletes)
+                let read = futures::try_join!(
+                    opened.read_each_file(&removed, &deletes, &budget),
+                    opened.read_each_file(&files, &deletes, &budget)
                 )?;
+                let (Some(removed), Some(added)) = read else {
+                    return Ok(None);
+                };
+                let held: u64 = [&removed, &added]
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .map(|b| b.get_array_memory_size() as u64)
+                    .sum();
                 let (mut batches, mut regained) = (Vec::new(), Vec::new());
                 let mut resurrected = 0;
                 for (file, rows) in files.iter().zip(added) {
@@ -85,10 +138,11 @@ pub(super) fn cancel_groups(
                     batches.extend(rows);
                 }
                 let survivors = cancel(&schema, removed.concat(), batches, regained).await?;
-                Ok(CancelledGroup {
+                budget.release(held.saturating_sub(survivors.memory_size()));
+                Ok(Some(CancelledGroup {
                     survivors,
                     resurrected,
-                })
+                }))
             }
         })
         .buffered(2)

@@ -65,16 +65,47 @@ impl MapTask {
     /// (see `map::cancel_groups`). The whole input for tasks whose files do not say their
     /// sizes (planned by older versions).
     pub fn held_input_bytes(&self) -> u64 {
-        let sizes = |files: &[FileRows]| files.iter().map(|f| f.size).collect::<Vec<_>>();
-        let groups: Vec<u64> = self
-            .split_groups(sizes(&self.removed), sizes(&self.added))
-            .iter()
-            .map(|(r, a)| r.iter().chain(a).sum())
-            .collect();
+        let groups = self.group_bytes();
         let pairs = groups.windows(2).map(|w| w[0] + w[1]);
         match groups.iter().copied().chain(pairs).max().unwrap_or(0) {
             0 => self.input_bytes,
             held => held,
+        }
+    }
+
+    /// Stored bytes of the first two partition groups, which a task reads first and
+    /// together; the whole input for tasks whose files do not say their sizes.
+    pub fn leading_bytes(&self) -> u64 {
+        match self.group_bytes().iter().take(2).sum() {
+            0 => self.input_bytes,
+            leading => leading,
+        }
+    }
+
+    /// Stored bytes of each partition group, from its files' sizes.
+    fn group_bytes(&self) -> Vec<u64> {
+        let sizes = |files: &[FileRows]| files.iter().map(|f| f.size).collect::<Vec<_>>();
+        self.split_groups(sizes(&self.removed), sizes(&self.added))
+            .iter()
+            .map(|(r, a)| r.iter().chain(a).sum())
+            .collect()
+    }
+
+    /// The task of its partition groups from the `first`th on.
+    pub fn groups_from(&self, first: usize) -> MapTask {
+        let skipped = &self.groups[..first.min(self.groups.len())];
+        let (r, a) = skipped.iter().fold((0, 0), |(r, a), g| (r + g.0, a + g.1));
+        let (removed, added) = (self.removed[r..].to_vec(), self.added[a..].to_vec());
+        let skipped_bytes: u64 = (self.removed[..r].iter().chain(&self.added[..a]))
+            .map(|f| f.size)
+            .sum();
+        MapTask {
+            removed,
+            added,
+            input_bytes: self.input_bytes.saturating_sub(skipped_bytes),
+            groups: self.groups[skipped.len()..].to_vec(),
+            key: self.key.clone(),
+            ..*self
         }
     }
 
@@ -671,6 +702,32 @@ mod tests {
         task.added = vec![sized("a1", 0), sized("a3", 0)];
         task.groups = vec![(1, 1), (1, 0), (1, 1)];
         assert_eq!(task.held_input_bytes(), 95);
+    }
+
+    #[test]
+    fn the_rest_of_a_task_from_a_group_on_keeps_its_files_and_sizes() {
+        let sized = |path: &str, size: u64| FileRows::whole(path.into(), 1, size, String::new());
+        let mut task = group(&[], 0);
+        task.removed = vec![sized("r1", 10), sized("r2", 30), sized("r3", 5)];
+        task.added = vec![sized("a1", 10), sized("a3", 40)];
+        task.input_bytes = 95;
+        task.groups = vec![(1, 1), (1, 0), (1, 1)];
+        assert_eq!(task.leading_bytes(), 50);
+        let rest = task.groups_from(1);
+        let paths = |files: &[FileRows]| files.iter().map(|f| f.path.clone()).collect::<Vec<_>>();
+        assert_eq!(paths(&rest.removed), ["r2", "r3"]);
+        assert_eq!(paths(&rest.added), ["a3"]);
+        assert_eq!(
+            (rest.groups.clone(), rest.input_bytes),
+            (vec![(1, 0), (1, 1)], 75)
+        );
+        assert_eq!(rest.leading_bytes(), 75);
+        assert_eq!(task.groups_from(0).input_bytes, 95);
+        assert!(task.groups_from(3).removed.is_empty());
+        // One group only (tasks without groups): the whole task.
+        task.groups.clear();
+        assert_eq!(task.groups_from(0).removed.len(), 3);
+        assert_eq!(task.leading_bytes(), 95);
     }
 
     #[test]

@@ -5,24 +5,26 @@
 //! shuffle prefix; identical rows (carryover the walk did not pair) share a partition,
 //! so cancelling one partition at a time is exact. Memory holds a window of each side
 //! (an eighth of the budget each) and one run (a quarter) while streaming, then one
-//! partition (sized from the manifests to a quarter of the budget) while cancelling,
-//! plus the bucket writer's quarter.
+//! partition (sized from the manifests to a quarter of the budget; one that turns out
+//! larger is split again) while cancelling, plus the bucket writer's quarter.
 //! Must not reach: `api`, `delivery`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
 use arrow::error::ArrowError;
 use arrow::row::RowConverter;
+use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 
 use super::files::{
-    DELETED, INSERTED, Partitioned, REGAINED, read_sides, shuffled_schema, with_side,
+    DELETED, INSERTED, Partitioned, REGAINED, read_parts, read_sides, shuffled_schema, with_side,
 };
 use super::map::{Buckets, cancel};
 use super::walk::{Sided, Windows};
-use super::{BucketFile, MapTask, estimated_memory};
+use super::{BucketFile, MapTask};
 use crate::change::{has_lineage, table_columns, table_width};
 use crate::changelog::carryover::{row_hash, whole_row_converter};
 use crate::changelog::read::stream_data_file;
@@ -33,17 +35,19 @@ use crate::workers::task_context::{Opened, TaskContext, TaskError};
 /// More partitions than this would mostly add per-file overhead.
 const MAX_SPILL_PARTITIONS: u64 = 4096;
 
-/// Cancels carryover of `map`'s files through spill partitions, feeding survivors to
-/// `out`; deletes its spill files and returns how many partitions it used.
+/// Cancels carryover of `map`'s files, estimated to take `estimate` bytes in memory,
+/// through spill partitions, feeding survivors to `out`; deletes its spill files and
+/// returns how many partitions it used.
 pub(super) async fn cancel_spilled(
     ctx: &TaskContext,
     task: &ClaimedTask,
     opened: &Opened,
     map: &MapTask,
+    estimate: u64,
     out: &mut Buckets<'_>,
 ) -> Result<u32, TaskError> {
     let budget = ctx.map_memory_bytes;
-    let partitions = spill_partitions(estimated_memory(map.input_bytes), budget);
+    let partitions = spill_partitions(estimate, budget);
     let schema = opened.read.batch_schema();
     let shuffled = shuffled_schema(&schema);
     let converter = whole_row_converter(&schema).map_err(TaskError::compute)?;
@@ -87,7 +91,7 @@ pub(super) async fn cancel_spilled(
             windows = walked;
             for (batch, side) in unpaired.map_err(TaskError::compute)? {
                 let of =
-                    partition_of(&converter, &batch, partitions).map_err(TaskError::compute)?;
+                    partition_of(&converter, &batch, partitions, 0).map_err(TaskError::compute)?;
                 let batch = with_side(&shuffled, &batch, side).map_err(TaskError::compute)?;
                 runs.push(batch, &of);
                 if runs.held_bytes() >= flush_bytes {
@@ -98,27 +102,117 @@ pub(super) async fn cancel_spilled(
     }
     runs.flush(&ctx.changes, key).await?;
 
-    let mut by_partition: Vec<Vec<BucketFile>> = vec![Vec::new(); partitions as usize];
-    for part in &runs.written {
-        by_partition[part.bucket as usize].push(part.clone());
-    }
-    for parts in by_partition.iter().filter(|p| !p.is_empty()) {
-        let [deleted, inserted, regains] = read_sides(&ctx.changes, parts, &schema).await?;
-        let (removed, added) = (vec![deleted], vec![inserted, regains]);
-        out.push(cancel(&schema, removed, added, vec![false, true]).await?)
-            .await?;
-    }
-    // What a failure leaves behind goes with the snapshot's shuffle files.
-    let files: BTreeSet<&str> = runs.written.iter().map(|p| p.path.as_str()).collect();
-    for file in files {
-        ctx.changes
-            .delete(file)
-            .await
-            .map_err(TaskError::change_store)?;
-    }
-    metrics::counter!(crate::telemetry::metric::SPILLED_PARTITIONS.name)
-        .increment(partitions as u64);
+    let spill = Spill {
+        ctx,
+        task,
+        schema: &schema,
+        converter: &converter,
+    };
+    spill.cancel_runs(runs.written, "spill", 0, out).await?;
+    count_partitions(0, partitions);
     Ok(partitions)
+}
+
+/// Partitions split again at most this many times: rows that still fall in one
+/// partition then are mostly copies of one row, which no hash separates.
+const MAX_SPLITS: u32 = 3;
+
+/// What cancelling spill partitions works with.
+struct Spill<'a> {
+    ctx: &'a TaskContext,
+    task: &'a ClaimedTask,
+    schema: &'a SchemaRef,
+    converter: &'a RowConverter,
+}
+
+impl Spill<'_> {
+    /// Cancels carryover of each spill partition of `runs` (written as files named after
+    /// `name`, at `level`) into `out`, then deletes them. A partition of more than a
+    /// quarter of the budget (its rows decoded to more than their stored sizes promised)
+    /// is split again, by another hash of the whole row, so identical rows still meet.
+    fn cancel_runs<'a>(
+        &'a self,
+        runs: Vec<BucketFile>,
+        name: &'a str,
+        level: u32,
+        out: &'a mut Buckets<'_>,
+    ) -> BoxFuture<'a, Result<(), TaskError>> {
+        Box::pin(async move {
+            let mut by_partition: BTreeMap<u32, Vec<BucketFile>> = BTreeMap::new();
+            for part in &runs {
+                by_partition
+                    .entry(part.bucket)
+                    .or_default()
+                    .push(part.clone());
+            }
+            let budget = self.ctx.map_memory_bytes;
+            for (partition, parts) in by_partition {
+                let bytes: u64 = parts.iter().map(|p| p.bytes.max(0) as u64).sum();
+                if bytes > budget / 4 && level < MAX_SPLITS {
+                    let name = format!("{name}.{partition}");
+                    let split = self.split(&parts, &name, level + 1).await?;
+                    self.cancel_runs(split, &name, level + 1, out).await?;
+                    continue;
+                }
+                let [deleted, inserted, regains] =
+                    read_sides(&self.ctx.changes, &parts, self.schema).await?;
+                let (removed, added) = (vec![deleted], vec![inserted, regains]);
+                out.push(cancel(self.schema, removed, added, vec![false, true]).await?)
+                    .await?;
+            }
+            // What a failure leaves behind goes with the snapshot's shuffle files.
+            let files: BTreeSet<&str> = runs.iter().map(|p| p.path.as_str()).collect();
+            for file in files {
+                self.ctx
+                    .changes
+                    .delete(file)
+                    .await
+                    .map_err(TaskError::change_store)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Writes the rows of one partition's `parts` into partitions of their own at `level`,
+    /// a part at a time; returns where they are.
+    async fn split(
+        &self,
+        parts: &[BucketFile],
+        name: &str,
+        level: u32,
+    ) -> Result<Vec<BucketFile>, TaskError> {
+        let budget = self.ctx.map_memory_bytes;
+        let bytes: u64 = parts.iter().map(|p| p.bytes.max(0) as u64).sum();
+        let partitions = spill_partitions(bytes, budget);
+        let flush_bytes = usize::try_from(budget / 4).unwrap_or(usize::MAX);
+        let key = |n: usize| self.task.shuffle_file(&format!("{name}-{n:04}"));
+        let mut runs = Partitioned::new(partitions);
+        for part in parts {
+            for batch in read_parts(&self.ctx.changes, std::slice::from_ref(part)).await? {
+                // Shuffled rows: their side, then the table's columns.
+                let rows = RecordBatch::try_new(self.schema.clone(), batch.columns()[1..].to_vec())
+                    .map_err(TaskError::compute)?;
+                let of = partition_of(self.converter, &rows, partitions, level)
+                    .map_err(TaskError::compute)?;
+                runs.push(batch, &of);
+                if runs.held_bytes() >= flush_bytes {
+                    runs.flush(&self.ctx.changes, key).await?;
+                }
+            }
+        }
+        runs.flush(&self.ctx.changes, key).await?;
+        count_partitions(level, partitions);
+        Ok(runs.written)
+    }
+}
+
+/// Counts `partitions` spill partitions at `level` (0: a task's, deeper: split again).
+fn count_partitions(level: u32, partitions: u32) {
+    metrics::counter!(
+        crate::telemetry::metric::SPILLED_PARTITIONS.name,
+        "level" => level.to_string()
+    )
+    .increment(partitions as u64);
 }
 
 /// The rows of `files` (of the removed side, or the added), in file order, a batch at a
@@ -154,16 +248,22 @@ fn spill_partitions(estimate: u64, budget: u64) -> u32 {
         .clamp(2, MAX_SPILL_PARTITIONS) as u32
 }
 
-/// The spill partition of each row of `batch`, from a hash of the whole row.
+/// The spill partition of each row of `batch`, from a hash of the whole row, mixed
+/// differently at each `level` of splitting.
 fn partition_of(
     converter: &RowConverter,
     batch: &RecordBatch,
     partitions: u32,
+    level: u32,
 ) -> Result<Vec<u32>, ArrowError> {
     let rows = converter.convert_columns(table_columns(batch))?;
+    let mix = |hash: u64| match level {
+        0 => hash,
+        _ => (hash ^ u64::from(level)).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+    };
     Ok(rows
         .iter()
-        .map(|row| ((row_hash(row.as_ref()) >> 32) as u32) % partitions)
+        .map(|row| ((mix(row_hash(row.as_ref())) >> 32) as u32) % partitions)
         .collect())
 }
 
@@ -172,7 +272,7 @@ mod tests {
     use std::collections::BTreeMap;
     use std::sync::Arc;
 
-    use arrow::array::{Array, AsArray, Int64Array, StringArray};
+    use arrow::array::{Array, AsArray, Int64Array, StringArray, UInt32Array};
     use arrow::datatypes::Int64Type;
 
     use super::*;
@@ -210,12 +310,12 @@ mod tests {
         let a = batch(&[(1, Some("x")), (2, None), (3, Some("y"))]);
         let b = batch(&[(3, Some("y")), (1, Some("x")), (2, None), (1, Some("X"))]);
         let (pa, pb) = (
-            partition_of(&converter, &a, 64).unwrap(),
-            partition_of(&converter, &b, 64).unwrap(),
+            partition_of(&converter, &a, 64, 0).unwrap(),
+            partition_of(&converter, &b, 64, 0).unwrap(),
         );
         assert_eq!((pa[0], pa[1], pa[2]), (pb[1], pb[2], pb[0]));
         let many: Vec<(i64, Option<&str>)> = (0..1000).map(|i| (i, Some("v"))).collect();
-        let spread: BTreeSet<u32> = partition_of(&converter, &batch(&many), 64)
+        let spread: BTreeSet<u32> = partition_of(&converter, &batch(&many), 64, 0)
             .unwrap()
             .into_iter()
             .collect();
@@ -224,6 +324,22 @@ mod tests {
             "1000 rows fell in {} of 64",
             spread.len()
         );
+    }
+
+    #[test]
+    fn a_partition_split_again_spreads_its_rows_and_keeps_identical_ones_together() {
+        let converter = whole_row_converter(&schema()).unwrap();
+        let many: Vec<(i64, Option<&str>)> = (0..4000).map(|i| (i, Some("v"))).collect();
+        let rows = batch(&many);
+        let top = partition_of(&converter, &rows, 4, 0).unwrap();
+        let first: Vec<u32> = (0..4000).filter(|&i| top[i as usize] == 0).collect();
+        let first = arrow::compute::take_record_batch(&rows, &UInt32Array::from(first)).unwrap();
+        let again = partition_of(&converter, &first, 8, 1).unwrap();
+        let spread: BTreeSet<u32> = again.iter().copied().collect();
+        assert_eq!(spread.len(), 8, "one partition's rows go to all 8 again");
+        let twice = arrow::compute::concat_batches(&first.schema(), [&first, &first]).unwrap();
+        let both = partition_of(&converter, &twice, 8, 1).unwrap();
+        assert_eq!(both[..first.num_rows()], both[first.num_rows()..]);
     }
 
     /// Cancelling partition by partition gives what cancelling everything at once gives,
@@ -246,7 +362,7 @@ mod tests {
         let split = |batches: &[RecordBatch]| -> Vec<Vec<(usize, usize)>> {
             let mut by = vec![Vec::new(); 5];
             for (b, batch) in batches.iter().enumerate() {
-                for (r, p) in partition_of(&converter, batch, 5)
+                for (r, p) in partition_of(&converter, batch, 5, 0)
                     .unwrap()
                     .into_iter()
                     .enumerate()
