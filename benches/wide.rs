@@ -1,9 +1,11 @@
 //! Wide-row benchmark: the memory and time icefeed takes to publish a copy-on-write update
 //! of a few rows of a table of wide rows (documents of `--row-bytes` letters), next to
-//! the rows the rewritten files decode to and the map tasks' memory budget.
+//! the rows the rewritten files decode to and the map tasks' memory budget. With
+//! `--repetitive`, each document is one letter repeated: stored in a few bytes, decoded
+//! in `--row-bytes`.
 //!
 //! `cargo bench --bench wide -- [--rows 4000] [--row-bytes 100000] [--rows-per-file 1000]
-//! [--changed 8]`
+//! [--changed 8] [--repetitive]`
 //!
 //! 1. a child process (this benchmark, `--write table`) writes the table (`id`, its
 //!    identifier, and `doc`) into a temporary directory with the iceberg crate, laid out
@@ -76,6 +78,10 @@ struct Args {
     /// Rows the update changes, spread over the table.
     #[arg(long, default_value_t = 8)]
     changed: u64,
+    /// Documents of one letter repeated after the row's id, which codecs store in a few
+    /// bytes, instead of letters no codec compresses much.
+    #[arg(long)]
+    repetitive: bool,
     /// Set on the benchmark's child processes: what they write, and where.
     #[arg(long, hide = true, requires = "dir")]
     write: Option<Step>,
@@ -159,10 +165,17 @@ async fn update(args: &Args, dir: &Path, base: &str) -> anyhow::Result<()> {
     let peak_kib = status_kib("VmHWM:").context("VmHWM")?;
 
     let metrics = cdc::metrics_text(&client, base).await?;
-    let spilled = metrics
+    // Spill partitions at every level (a task's, and partitions split again).
+    let spilled: f64 = metrics
         .lines()
-        .find_map(|l| l.strip_prefix("icefeed_shuffle_spilled_partitions_total "))
-        .unwrap_or("0");
+        .filter(|l| l.starts_with("icefeed_shuffle_spilled_partitions_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    // Computations that found the rows decoding past what their stored sizes promised.
+    let over_estimate: Vec<&str> = metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("icefeed_decoded_over_estimate_total"))
+        .collect();
     let rewritten = changed_ids(args)
         .map(|row| row / args.rows_per_file as u64)
         .collect::<BTreeSet<_>>()
@@ -178,10 +191,14 @@ async fn update(args: &Args, dir: &Path, base: &str) -> anyhow::Result<()> {
     println!(
         "peak RSS {grown_mib} MiB above {} MiB before the commit: {:.2}x the map tasks' \
          budget ({budget_mib} MiB), {:.2}x the rewrite's documents ({decoded_mib} MiB, \
-         removed and added); {spilled} spill partitions",
+         removed and added); {spilled} spill partitions; decoded over estimate: {}",
         idle_kib >> 10,
         grown_mib as f64 / budget_mib as f64,
         grown_mib as f64 / decoded_mib.max(1) as f64,
+        match over_estimate.is_empty() {
+            true => "none".to_string(),
+            false => over_estimate.join(", "),
+        },
     );
     println!("check: {}", check(args, &client, base, &id).await?);
 
@@ -216,6 +233,7 @@ fn child(args: &Args, step: Step, dir: &Path) -> anyhow::Result<String> {
         .args(["--row-bytes", &args.row_bytes.to_string()])
         .args(["--rows-per-file", &args.rows_per_file.to_string()])
         .args(["--changed", &args.changed.to_string()])
+        .args(args.repetitive.then_some("--repetitive"))
         .output()?;
     if !output.status.success() {
         bail!(
@@ -266,7 +284,7 @@ async fn write_table(args: &Args, dir: &Path) -> anyhow::Result<()> {
         .step_by(args.rows_per_file)
         .map(|first| {
             let ids = first..(first + args.rows_per_file as u64).min(args.rows);
-            rows(ids.map(|id| (id, doc(id, 0, args.row_bytes))))
+            rows(ids.map(|id| (id, doc(args, id, 0))))
         })
         .collect();
     writer::append(&catalog, &table, &batches, &layout(args)).await?;
@@ -291,7 +309,7 @@ async fn write_update(args: &Args, dir: &Path) -> anyhow::Result<()> {
                 let id = ids.value(i) as u64;
                 if changed.contains(&id) {
                     touched = true;
-                    kept.push((id, doc(id, 1, args.row_bytes)));
+                    kept.push((id, doc(args, id, 1)));
                 } else {
                     kept.push((id, docs.value(i).to_string()));
                 }
@@ -336,8 +354,11 @@ fn rows(rows: impl Iterator<Item = (u64, String)>) -> RecordBatch {
 }
 
 /// Version `version` of row `id`'s document.
-fn doc(id: u64, version: u64, bytes: usize) -> String {
-    letters((id << 1) | version, bytes)
+fn doc(args: &Args, id: u64, version: u64) -> String {
+    match args.repetitive {
+        true => format!("{id}:{version}:{}", "x".repeat(args.row_bytes)),
+        false => letters((id << 1) | version, args.row_bytes),
+    }
 }
 
 /// "ok" when the feed holds exactly one update per changed row, from its old document to
@@ -361,8 +382,8 @@ async fn check(
         for event in page["events"].as_array().context("events")? {
             let row = event["after"]["id"].as_u64().context("an event's id")?;
             let exact = event["op"] == "update"
-                && event["before"]["doc"] == doc(row, 0, args.row_bytes)
-                && event["after"]["doc"] == doc(row, 1, args.row_bytes);
+                && event["before"]["doc"] == doc(args, row, 0)
+                && event["after"]["doc"] == doc(args, row, 1);
             seen.push((row, exact));
         }
         if page["more"] != true {
