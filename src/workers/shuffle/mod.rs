@@ -686,14 +686,23 @@ mod tests {
         assert!(tasks.len() < 40, "{} tasks", tasks.len());
     }
 
-    #[test]
-    fn a_task_holds_its_largest_two_consecutive_groups() {
-        let sized = |path: &str, size: u64| FileRows::whole(path.into(), 1, size, String::new());
+    fn sized(path: &str, size: u64) -> FileRows {
+        FileRows::whole(path.into(), 1, size, String::new())
+    }
+
+    /// A task of three partition groups of 20, 30 and 45 stored bytes.
+    fn three_groups() -> MapTask {
         let mut task = group(&[], 0);
         task.removed = vec![sized("r1", 10), sized("r2", 30), sized("r3", 5)];
         task.added = vec![sized("a1", 10), sized("a3", 40)];
         task.input_bytes = 95;
         task.groups = vec![(1, 1), (1, 0), (1, 1)];
+        task
+    }
+
+    #[test]
+    fn a_task_holds_its_largest_two_consecutive_groups() {
+        let mut task = three_groups();
         assert_eq!(task.held_input_bytes(), 75);
         task.groups = vec![(3, 2)];
         assert_eq!(task.held_input_bytes(), 95);
@@ -706,12 +715,7 @@ mod tests {
 
     #[test]
     fn the_rest_of_a_task_from_a_group_on_keeps_its_files_and_sizes() {
-        let sized = |path: &str, size: u64| FileRows::whole(path.into(), 1, size, String::new());
-        let mut task = group(&[], 0);
-        task.removed = vec![sized("r1", 10), sized("r2", 30), sized("r3", 5)];
-        task.added = vec![sized("a1", 10), sized("a3", 40)];
-        task.input_bytes = 95;
-        task.groups = vec![(1, 1), (1, 0), (1, 1)];
+        let mut task = three_groups();
         assert_eq!(task.leading_bytes(), 50);
         let rest = task.groups_from(1);
         let paths = |files: &[FileRows]| files.iter().map(|f| f.path.clone()).collect::<Vec<_>>();
