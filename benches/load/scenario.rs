@@ -63,6 +63,28 @@ impl Feed {
     }
 }
 
+/// How the node computed its rewrites so far, from its `/metrics`: the series of the
+/// counters that say where (in place, shuffled, past their estimate, spilled), summed.
+async fn computed_how(feed: &Feed) -> anyhow::Result<String> {
+    let text = metrics_text(&feed.client, &feed.base).await?;
+    let counters = [
+        "icefeed_rewrites_total",
+        "icefeed_decoded_over_estimate_total",
+        "icefeed_shuffle_spilled_partitions_total",
+    ];
+    let mut seen = BTreeMap::<&str, f64>::new();
+    for line in text.lines() {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        if counters.iter().any(|c| series.starts_with(c)) {
+            *seen.entry(series).or_default() += value.parse::<f64>()?;
+        }
+    }
+    let shown: Vec<String> = seen.iter().map(|(s, v)| format!("{s} {v}")).collect();
+    Ok(shown.join(", "))
+}
+
 /// Seconds and count of the shuffle tasks the node ran so far, by kind (`map`,
 /// `reduce`), from `icefeed_task_duration_seconds` of its `/metrics`.
 pub async fn task_seconds(
@@ -220,10 +242,11 @@ pub async fn copied_on_write(
     let ops = feed.read_new().await?;
     let check = check_events(&ops, kind.op(), rows);
     println!(
-        "  floor {:.2}s ({} rows of {} files); events: {check}",
+        "  floor {:.2}s ({} rows of {} files); events: {check}; node so far: {}",
         floor.as_secs_f64(),
         floor_rows,
-        paths.len()
+        paths.len(),
+        computed_how(feed).await?
     );
     Ok(Measured {
         elapsed,
