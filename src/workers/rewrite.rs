@@ -98,6 +98,12 @@ impl Rewrite<'_> {
         let outcome = in_place.run(removed, added).await?;
         if outcome.is_none() {
             metrics::counter!(metric::OVER_ESTIMATE.name, "where" => "in_place").increment(1);
+            tracing::info!(
+                table_id = %self.change_set.table,
+                snapshot_id = self.change_set.snapshot_id,
+                "the rewrite's rows decode past scheduler.map_memory_bytes: shuffled instead \
+                 of computed in place"
+            );
         }
         Ok(outcome)
     }

@@ -36,6 +36,13 @@ pub async fn run_map(
             None => 0,
             Some((rest, estimate)) => {
                 metrics::counter!(OVER_ESTIMATE.name, "where" => "map").increment(1);
+                tracing::info!(
+                    task = %task.id,
+                    groups_left = rest.groups.len().max(1),
+                    estimate,
+                    "the map task's rows decode past scheduler.map_memory_bytes: the groups \
+                     left go through spill partitions"
+                );
                 spill::cancel_spilled(ctx, task, &opened, &rest, estimate, &mut out).await?
             }
         }
