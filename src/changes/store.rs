@@ -27,6 +27,10 @@ use crate::telemetry::metric::INSERT_BYTES_COPIED;
 const SINGLE_PUT_LIMIT: u64 = 16 << 20;
 const PART_SIZE: u64 = 8 << 20;
 
+/// Bytes of encoded rows a segment written from a stream of batches holds in memory before
+/// it ends the row group and writes it out.
+const ROW_GROUP_BYTES: usize = 32 << 20;
+
 /// Failures of the change store.
 #[derive(Debug, thiserror::Error)]
 pub enum ChangeStoreError {
@@ -273,6 +277,11 @@ impl ChangeStore {
                 schema.clone(),
                 batch.columns().to_vec(),
             )?)?;
+            // The row group in progress is held in memory until it is written: end it at
+            // a bound, not at the writer's million rows, which wide rows make gigabytes.
+            if writer.in_progress_size() >= ROW_GROUP_BYTES {
+                writer.flush()?;
+            }
             if writer.inner().len() as u64 >= PART_SIZE {
                 let part = std::mem::take(writer.inner_mut());
                 size += part.len() as u64;
@@ -394,4 +403,62 @@ fn metadata_length(tail: &[u8], size: u64, source: &str) -> Result<u64, ChangeSt
 
 fn corrupt(source: &str, what: &str) -> ChangeStoreError {
     ChangeStoreError::Corrupt(format!("data file {source}: {what}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+
+    use arrow::array::{ArrayRef, Int64Array, StringArray};
+    use futures::StreamExt;
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+
+    use super::*;
+
+    /// 256 KB of hex digits of splitmix64 outputs: about half of it stays after
+    /// compression.
+    fn doc(id: u64) -> String {
+        let mix = |z: u64| {
+            let z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            let z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        (0..(256u64 << 10) / 16)
+            .map(|j| format!("{:016x}", mix((id << 32) | j)))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn segments_written_from_batches_end_row_groups_within_their_bound() {
+        // 400 rows of 256 KB (100 MB): far fewer rows than the writer's own row-group
+        // limit of a million.
+        let batches: Vec<Result<RecordBatch, ChangeStoreError>> = (0..8u64)
+            .map(|b| {
+                let rows = b * 50..(b + 1) * 50;
+                let ids: ArrayRef =
+                    Arc::new(Int64Array::from_iter_values(rows.clone().map(|i| i as i64)));
+                let docs: ArrayRef = Arc::new(StringArray::from_iter_values(rows.map(doc)));
+                Ok(RecordBatch::try_from_iter([("id", ids), ("doc", docs)]).unwrap())
+            })
+            .collect();
+        let schema = batches[0].as_ref().unwrap().schema();
+        let store = ChangeStore::open("memory://", &BTreeMap::new()).unwrap();
+        let stored = store
+            .write_batches("s.parquet", schema, futures::stream::iter(batches).boxed())
+            .await
+            .unwrap();
+        assert_eq!(stored.rows, 400);
+        let file = SerializedFileReader::new(store.get("s.parquet").await.unwrap()).unwrap();
+        let groups = file.metadata().row_groups();
+        assert!(groups.len() >= 2, "{} row group(s)", groups.len());
+        for group in groups {
+            // A group ends once its encoded rows reach the bound: one batch past it at most.
+            assert!(
+                group.compressed_size() < (ROW_GROUP_BYTES + (13 << 20)) as i64,
+                "a row group of {} bytes",
+                group.compressed_size()
+            );
+        }
+    }
 }
