@@ -164,18 +164,7 @@ async fn update(args: &Args, dir: &Path, base: &str) -> anyhow::Result<()> {
     let elapsed = cdc::wait_checkpoint_since(&client, base, &id, snapshot, committed).await?;
     let peak_kib = status_kib("VmHWM:").context("VmHWM")?;
 
-    let metrics = cdc::metrics_text(&client, base).await?;
-    // Spill partitions at every level (a task's, and partitions split again).
-    let spilled: f64 = metrics
-        .lines()
-        .filter(|l| l.starts_with("icefeed_shuffle_spilled_partitions_total"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum();
-    // Computations that found the rows decoding past what their stored sizes promised.
-    let over_estimate: Vec<&str> = metrics
-        .lines()
-        .filter_map(|l| l.strip_prefix("icefeed_decoded_over_estimate_total"))
-        .collect();
+    let computed = cdc::rewrite_counters(&client, base).await?;
     let rewritten = changed_ids(args)
         .map(|row| row / args.rows_per_file as u64)
         .collect::<BTreeSet<_>>()
@@ -191,14 +180,10 @@ async fn update(args: &Args, dir: &Path, base: &str) -> anyhow::Result<()> {
     println!(
         "peak RSS {grown_mib} MiB above {} MiB before the commit: {:.2}x the map tasks' \
          budget ({budget_mib} MiB), {:.2}x the rewrite's documents ({decoded_mib} MiB, \
-         removed and added); {spilled} spill partitions; decoded over estimate: {}",
+         removed and added); computed: {computed}",
         idle_kib >> 10,
         grown_mib as f64 / budget_mib as f64,
         grown_mib as f64 / decoded_mib.max(1) as f64,
-        match over_estimate.is_empty() {
-            true => "none".to_string(),
-            false => over_estimate.join(", "),
-        },
     );
     println!("check: {}", check(args, &client, base, &id).await?);
 

@@ -280,8 +280,6 @@ pub async fn wait_checkpoint(
     wait_checkpoint_since(client, base, id, snapshot, Instant::now()).await
 }
 
-/// Polls the table until its checkpoint is `snapshot`; returns the time since `started`
-/// (when the commit returned).
 /// The node's `/metrics` text.
 pub async fn metrics_text(client: &reqwest::Client, base: &str) -> anyhow::Result<String> {
     Ok(client
@@ -293,6 +291,32 @@ pub async fn metrics_text(client: &reqwest::Client, base: &str) -> anyhow::Resul
         .await?)
 }
 
+/// How the node computed its rewrites so far, from its `/metrics`: each series of the
+/// counters that say where (in place, shuffled, past their estimate, spilled) with its
+/// value, or "none".
+pub async fn rewrite_counters(client: &reqwest::Client, base: &str) -> anyhow::Result<String> {
+    let text = metrics_text(client, base).await?;
+    let counters = [
+        "icefeed_rewrites_total",
+        "icefeed_decoded_over_estimate_total",
+        "icefeed_shuffle_spilled_partitions_total",
+    ];
+    let mut shown = Vec::new();
+    for line in text.lines() {
+        if let Some((series, value)) = line.rsplit_once(' ')
+            && counters.iter().any(|c| series.starts_with(c))
+        {
+            shown.push(format!("{series} {value}"));
+        }
+    }
+    Ok(match shown.is_empty() {
+        true => "none".to_string(),
+        false => shown.join(", "),
+    })
+}
+
+/// Polls the table until its checkpoint is `snapshot`; returns the time since `started`
+/// (when the commit returned).
 pub async fn wait_checkpoint_since(
     client: &reqwest::Client,
     base: &str,

@@ -13,7 +13,9 @@ use iceberg::table::Table;
 use icefeed_testkit::rewrite::live_data_files;
 use serde::Deserialize;
 
-use crate::cdc::{Kind, Planned, commit_plan, local_path, metrics_text, wait_checkpoint_since};
+use crate::cdc::{
+    Kind, Planned, commit_plan, local_path, metrics_text, rewrite_counters, wait_checkpoint_since,
+};
 use crate::scan::{Decode, FLOOR_RUNS, bare_decode_median};
 
 const PAGE_LIMIT: u64 = 10_000;
@@ -61,28 +63,6 @@ impl Feed {
             }
         }
     }
-}
-
-/// How the node computed its rewrites so far, from its `/metrics`: the series of the
-/// counters that say where (in place, shuffled, past their estimate, spilled), summed.
-async fn computed_how(feed: &Feed) -> anyhow::Result<String> {
-    let text = metrics_text(&feed.client, &feed.base).await?;
-    let counters = [
-        "icefeed_rewrites_total",
-        "icefeed_decoded_over_estimate_total",
-        "icefeed_shuffle_spilled_partitions_total",
-    ];
-    let mut seen = BTreeMap::<&str, f64>::new();
-    for line in text.lines() {
-        let Some((series, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        if counters.iter().any(|c| series.starts_with(c)) {
-            *seen.entry(series).or_default() += value.parse::<f64>()?;
-        }
-    }
-    let shown: Vec<String> = seen.iter().map(|(s, v)| format!("{s} {v}")).collect();
-    Ok(shown.join(", "))
 }
 
 /// Seconds and count of the shuffle tasks the node ran so far, by kind (`map`,
@@ -246,7 +226,7 @@ pub async fn copied_on_write(
         floor.as_secs_f64(),
         floor_rows,
         paths.len(),
-        computed_how(feed).await?
+        rewrite_counters(&feed.client, &feed.base).await?
     );
     Ok(Measured {
         elapsed,

@@ -42,9 +42,10 @@ impl Rewrite<'_> {
     ) -> Result<ShuffleOutcome, SyncError> {
         let snapshot_id = self.change_set.snapshot_id;
         let stored: u64 = removed.iter().chain(&added).map(|f| f.size).sum();
-        let in_place = match computed_in_place(stored, self.settings) {
-            true => self.in_place(removed.clone(), added.clone()).await?,
-            false => None,
+        let in_place = if computed_in_place(stored, self.settings) {
+            self.in_place(removed.clone(), added.clone()).await?
+        } else {
+            None
         };
         let outcome = if let Some(outcome) = in_place {
             metrics::counter!(metric::REWRITES.name, "how" => "in_place").increment(1);

@@ -74,7 +74,7 @@ async fn cancel_in_memory(
             // The groups in flight (this one and the next) decoded to more than the
             // budget holds: the rest is estimated at least at that rate.
             let rest = all.groups_from(cancelled);
-            let seen = (rest.input_bytes.saturating_mul(budget)) / rest.leading_bytes().max(1);
+            let seen = rest.input_bytes.saturating_mul(budget) / rest.leading_bytes().max(1);
             let estimate = seen.max(estimated_memory(rest.input_bytes));
             return Ok(Some((rest, estimate)));
         };

@@ -51,12 +51,13 @@ pub(super) async fn cancel_spilled(
     let schema = opened.read.batch_schema();
     let shuffled = shuffled_schema(&schema);
     let converter = whole_row_converter(&schema).map_err(TaskError::compute)?;
-    let flush_bytes = usize::try_from(budget / 4).unwrap_or(usize::MAX);
-    let key = |n: usize| {
-        let name = format!("spill-{n:04}");
-        task.shuffle_file(&name)
+    let spill = Spill {
+        ctx,
+        task,
+        schema: &schema,
+        converter: &converter,
     };
-    let mut runs = Partitioned::new(partitions);
+    let mut runs = Runs::new("spill".into(), 0, partitions);
     let deletes = DeleteCache::default();
     // Each side's window: with the runs, a quarter of the budget.
     let window = usize::try_from(budget / 8).unwrap_or(usize::MAX);
@@ -89,26 +90,14 @@ pub(super) async fn cancel_spilled(
             .await
             .map_err(TaskError::joined)?;
             windows = walked;
-            for (batch, side) in unpaired.map_err(TaskError::compute)? {
-                let of =
-                    partition_of(&converter, &batch, partitions, 0).map_err(TaskError::compute)?;
-                let batch = with_side(&shuffled, &batch, side).map_err(TaskError::compute)?;
-                runs.push(batch, &of);
-                if runs.held_bytes() >= flush_bytes {
-                    runs.flush(&ctx.changes, key).await?;
-                }
+            for (rows, side) in unpaired.map_err(TaskError::compute)? {
+                let shuffled = with_side(&shuffled, &rows, side).map_err(TaskError::compute)?;
+                spill.push(&mut runs, &rows, shuffled).await?;
             }
         }
     }
-    runs.flush(&ctx.changes, key).await?;
-
-    let spill = Spill {
-        ctx,
-        task,
-        schema: &schema,
-        converter: &converter,
-    };
-    spill.cancel_runs(runs.written, "spill", 0, out).await?;
+    let written = spill.written(runs).await?;
+    spill.cancel_runs(written, "spill", 0, out).await?;
     count_partitions(0, partitions);
     Ok(partitions)
 }
@@ -117,7 +106,27 @@ pub(super) async fn cancel_spilled(
 /// partition then are mostly copies of one row, which no hash separates.
 const MAX_SPLITS: u32 = 3;
 
-/// What cancelling spill partitions works with.
+/// Spill runs being written at one `level`: rows by partition, written as files named
+/// after `name`.
+struct Runs {
+    name: String,
+    level: u32,
+    partitions: u32,
+    held: Partitioned,
+}
+
+impl Runs {
+    fn new(name: String, level: u32, partitions: u32) -> Self {
+        Self {
+            name,
+            level,
+            partitions,
+            held: Partitioned::new(partitions),
+        }
+    }
+}
+
+/// What writing and cancelling spill partitions works with.
 struct Spill<'a> {
     ctx: &'a TaskContext,
     task: &'a ClaimedTask,
@@ -150,7 +159,8 @@ impl Spill<'_> {
                 let bytes: u64 = parts.iter().map(|p| p.bytes.max(0) as u64).sum();
                 if bytes > budget / 4 && level < MAX_SPLITS {
                     let name = format!("{name}.{partition}");
-                    let split = self.split(&parts, &name, level + 1).await?;
+                    let runs = Runs::new(name.clone(), level + 1, spill_partitions(bytes, budget));
+                    let split = self.split(&parts, runs).await?;
                     self.cancel_runs(split, &name, level + 1, out).await?;
                     continue;
                 }
@@ -173,36 +183,56 @@ impl Spill<'_> {
         })
     }
 
-    /// Writes the rows of one partition's `parts` into partitions of their own at `level`,
-    /// a part at a time; returns where they are.
+    /// Writes the rows of one partition's `parts` into `runs`, a part at a time; returns
+    /// where they are.
     async fn split(
         &self,
         parts: &[BucketFile],
-        name: &str,
-        level: u32,
+        mut runs: Runs,
     ) -> Result<Vec<BucketFile>, TaskError> {
-        let budget = self.ctx.map_memory_bytes;
-        let bytes: u64 = parts.iter().map(|p| p.bytes.max(0) as u64).sum();
-        let partitions = spill_partitions(bytes, budget);
-        let flush_bytes = usize::try_from(budget / 4).unwrap_or(usize::MAX);
-        let key = |n: usize| self.task.shuffle_file(&format!("{name}-{n:04}"));
-        let mut runs = Partitioned::new(partitions);
         for part in parts {
-            for batch in read_parts(&self.ctx.changes, std::slice::from_ref(part)).await? {
+            for shuffled in read_parts(&self.ctx.changes, std::slice::from_ref(part)).await? {
                 // Shuffled rows: their side, then the table's columns.
-                let rows = RecordBatch::try_new(self.schema.clone(), batch.columns()[1..].to_vec())
+                let columns = shuffled.columns()[1..].to_vec();
+                let rows = RecordBatch::try_new(self.schema.clone(), columns)
                     .map_err(TaskError::compute)?;
-                let of = partition_of(self.converter, &rows, partitions, level)
-                    .map_err(TaskError::compute)?;
-                runs.push(batch, &of);
-                if runs.held_bytes() >= flush_bytes {
-                    runs.flush(&self.ctx.changes, key).await?;
-                }
+                self.push(&mut runs, &rows, shuffled).await?;
             }
         }
-        runs.flush(&self.ctx.changes, key).await?;
+        let (level, partitions) = (runs.level, runs.partitions);
+        let written = self.written(runs).await?;
         count_partitions(level, partitions);
-        Ok(runs.written)
+        Ok(written)
+    }
+
+    /// Adds `rows` (as `shuffled`, with their side) to the partition of each in `runs`,
+    /// writing the runs out whenever they hold a quarter of the budget.
+    async fn push(
+        &self,
+        runs: &mut Runs,
+        rows: &RecordBatch,
+        shuffled: RecordBatch,
+    ) -> Result<(), TaskError> {
+        let of = partition_of(self.converter, rows, runs.partitions, runs.level)
+            .map_err(TaskError::compute)?;
+        runs.held.push(shuffled, &of);
+        if runs.held.held_bytes() as u64 >= self.ctx.map_memory_bytes / 4 {
+            self.flush(runs).await?;
+        }
+        Ok(())
+    }
+
+    /// Writes out what `runs` hold.
+    async fn flush(&self, runs: &mut Runs) -> Result<(), TaskError> {
+        let name = &runs.name;
+        let key = |n: usize| self.task.shuffle_file(&format!("{name}-{n:04}"));
+        runs.held.flush(&self.ctx.changes, key).await
+    }
+
+    /// Writes out the rest of `runs`; where all of them are.
+    async fn written(&self, mut runs: Runs) -> Result<Vec<BucketFile>, TaskError> {
+        self.flush(&mut runs).await?;
+        Ok(runs.held.written)
     }
 }
 
