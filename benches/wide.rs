@@ -19,8 +19,9 @@
 //!    write out of this process's memory;
 //! 4. times from the commit to the checkpoint reaching it and reads the peak RSS above
 //!    the RSS before the commit;
-//! 5. pages through the change set: `--changed` updates, each with its old and new
-//!    document;
+//! 5. pages through the change set (JSON pages of up to 1000 events): `--changed`
+//!    updates, each with its old and new document; reads the peak RSS above the RSS
+//!    before paging;
 //! 6. decodes the removed and added files with bare Arrow on 2 threads (the floor,
 //!    median of 3 runs).
 //!
@@ -185,7 +186,18 @@ async fn update(args: &Args, dir: &Path, base: &str) -> anyhow::Result<()> {
         grown_mib as f64 / budget_mib as f64,
         grown_mib as f64 / decoded_mib.max(1) as f64,
     );
-    println!("check: {}", check(args, &client, base, &id).await?);
+    let idle_kib = status_kib("VmRSS:").context("VmRSS")?;
+    anyhow::ensure!(harness::reset_peak_rss(), "cannot reset the peak RSS");
+    let paging = Instant::now();
+    let checked = check(args, &client, base, &id).await?;
+    let peak_kib = status_kib("VmHWM:").context("VmHWM")?;
+    println!(
+        "paged through the change set (JSON, limit 1000) in {:.2}s: peak RSS {} MiB above {} \
+         MiB before; check: {checked}",
+        paging.elapsed().as_secs_f64(),
+        peak_kib.saturating_sub(idle_kib) >> 10,
+        idle_kib >> 10,
+    );
 
     let after = live_paths(&catalog.load_table(&ident()?).await?).await?;
     let jobs: Vec<scan::Decode> = (before.symmetric_difference(&after))

@@ -106,6 +106,9 @@ pub struct StoredSegment {
     pub rows: i64,
     /// Object size in bytes.
     pub size: i64,
+    /// What its rows take decoded: of the batches written, or as a copied file's footer
+    /// gives it (see [`Footer`]).
+    pub decoded: i64,
 }
 
 impl ChangeStore {
@@ -176,18 +179,18 @@ impl ChangeStore {
         }
         let input = file_io.new_input(source)?;
         let target = self.full(key);
-        let (rows, size) = if size <= SINGLE_PUT_LIMIT {
+        let (footer, size) = if size <= SINGLE_PUT_LIMIT {
             let bytes = input.read().await?;
-            let rows = footer_rows_in(&bytes, source)?;
-            check_rows(source, rows, expected_rows)?;
+            let footer = Footer::in_file(&bytes, source)?;
+            footer.check_rows(source, expected_rows)?;
             let size = bytes.len() as u64;
             self.objects.put(&target, PutPayload::from(bytes)).await?;
-            (rows, size)
+            (footer, size)
         } else {
             let size = input.metadata().await?.size;
             let reader = input.reader().await?;
-            let rows = footer_rows(reader.as_ref(), size, source).await?;
-            check_rows(source, rows, expected_rows)?;
+            let footer = Footer::read(reader.as_ref(), size, source).await?;
+            footer.check_rows(source, expected_rows)?;
             let mut upload = WriteMultipart::new(self.objects.put_multipart(&target).await?);
             let mut offset = 0;
             while offset < size {
@@ -197,14 +200,10 @@ impl ChangeStore {
                 offset = end;
             }
             upload.finish().await?;
-            (rows, size)
+            (footer, size)
         };
         metrics::counter!(INSERT_BYTES_COPIED.name, "by" => "node").increment(size);
-        Ok(StoredSegment {
-            path: key.to_string(),
-            rows: rows as i64,
-            size: size as i64,
-        })
+        Ok(footer.segment(key, size))
     }
 
     /// Has the S3 server copy `source` (key `from` of the store's bucket) to `key`, after
@@ -222,16 +221,12 @@ impl ChangeStore {
     ) -> Result<Option<StoredSegment>, ChangeStoreError> {
         let input = file_io.new_input(source)?;
         let size = input.metadata().await?.size;
-        let rows = footer_rows(input.reader().await?.as_ref(), size, source).await?;
-        check_rows(source, rows, expected_rows)?;
+        let footer = Footer::read(input.reader().await?.as_ref(), size, source).await?;
+        footer.check_rows(source, expected_rows)?;
         match self.objects.copy(from, &self.full(key)).await {
             Ok(()) => {
                 metrics::counter!(INSERT_BYTES_COPIED.name, "by" => "server").increment(size);
-                Ok(Some(StoredSegment {
-                    path: key.to_string(),
-                    rows: rows as i64,
-                    size: size as i64,
-                }))
+                Ok(Some(footer.segment(key, size)))
             }
             Err(e) => {
                 use object_store::Error as E;
@@ -269,10 +264,10 @@ impl ChangeStore {
             .build();
         let mut upload = WriteMultipart::new(self.objects.put_multipart(&self.full(key)).await?);
         let mut writer = ArrowWriter::try_new(Vec::new(), schema.clone(), Some(props))?;
-        let mut count = 0u64;
-        let mut size = 0u64;
+        let (mut count, mut size, mut decoded) = (0u64, 0u64, 0usize);
         while let Some(batch) = batches.try_next().await? {
             count += batch.num_rows() as u64;
+            decoded += batch.get_array_memory_size();
             writer.write(&RecordBatch::try_new(
                 schema.clone(),
                 batch.columns().to_vec(),
@@ -297,6 +292,7 @@ impl ChangeStore {
             path: key.to_string(),
             rows: count as i64,
             size: size as i64,
+            decoded: decoded as i64,
         })
     }
 
@@ -349,44 +345,78 @@ impl ChangeStore {
     }
 }
 
-fn check_rows(source: &str, rows: u64, expected: u64) -> Result<(), ChangeStoreError> {
-    if rows != expected {
-        return Err(ChangeStoreError::Corrupt(format!(
-            "data file {source} holds {rows} rows but its manifest entry says {expected}"
-        )));
-    }
-    Ok(())
+/// What a data file's footer says of it.
+struct Footer {
+    rows: u64,
+    /// Bytes of its column chunks' pages once decompressed (or of their strings and
+    /// binaries unencoded, where the writer recorded that and it is more): about what its
+    /// rows decode to, since wide values are stored plain. Values repeated through a
+    /// dictionary decode to more, which no footer without size statistics tells.
+    decoded: i64,
 }
 
-/// Rows in a Parquet file according to its footer, read with two small range reads.
-async fn footer_rows(
-    reader: &dyn iceberg::io::FileRead,
-    size: u64,
-    source: &str,
-) -> Result<u64, ChangeStoreError> {
-    if size < 12 {
-        return Err(corrupt(source, "too small to be a Parquet file"));
+impl Footer {
+    /// The footer of a file of `size` bytes, read with two small range reads.
+    async fn read(
+        reader: &dyn iceberg::io::FileRead,
+        size: u64,
+        source: &str,
+    ) -> Result<Self, ChangeStoreError> {
+        if size < 12 {
+            return Err(corrupt(source, "too small to be a Parquet file"));
+        }
+        let tail = reader.read(size - 8..size).await?;
+        let len = metadata_length(&tail, size, source)?;
+        Self::decode(&reader.read(size - 8 - len..size - 8).await?)
     }
-    let tail = reader.read(size - 8..size).await?;
-    let len = metadata_length(&tail, size, source)?;
-    let metadata = reader.read(size - 8 - len..size - 8).await?;
-    Ok(ParquetMetaDataReader::decode_metadata(&metadata)?
-        .file_metadata()
-        .num_rows() as u64)
-}
 
-/// Rows in a Parquet file held whole in memory, according to its footer.
-fn footer_rows_in(bytes: &[u8], source: &str) -> Result<u64, ChangeStoreError> {
-    let size = bytes.len() as u64;
-    if size < 12 {
-        return Err(corrupt(source, "too small to be a Parquet file"));
+    /// The footer of a file held whole in memory.
+    fn in_file(bytes: &[u8], source: &str) -> Result<Self, ChangeStoreError> {
+        let size = bytes.len() as u64;
+        if size < 12 {
+            return Err(corrupt(source, "too small to be a Parquet file"));
+        }
+        let len = metadata_length(&bytes[bytes.len() - 8..], size, source)?;
+        let end = bytes.len() - 8;
+        Self::decode(&bytes[end - len as usize..end])
     }
-    let len = metadata_length(&bytes[bytes.len() - 8..], size, source)?;
-    let end = bytes.len() - 8;
-    let metadata = &bytes[end - len as usize..end];
-    Ok(ParquetMetaDataReader::decode_metadata(metadata)?
-        .file_metadata()
-        .num_rows() as u64)
+
+    fn decode(metadata: &[u8]) -> Result<Self, ChangeStoreError> {
+        let metadata = ParquetMetaDataReader::decode_metadata(metadata)?;
+        let decoded = metadata
+            .row_groups()
+            .iter()
+            .flat_map(|group| group.columns())
+            .map(|c| {
+                let plain = c.unencoded_byte_array_data_bytes().unwrap_or(0);
+                c.uncompressed_size().max(plain)
+            })
+            .sum();
+        Ok(Self {
+            rows: metadata.file_metadata().num_rows() as u64,
+            decoded,
+        })
+    }
+
+    fn check_rows(&self, source: &str, expected: u64) -> Result<(), ChangeStoreError> {
+        if self.rows != expected {
+            return Err(ChangeStoreError::Corrupt(format!(
+                "data file {source} holds {} rows but its manifest entry says {expected}",
+                self.rows
+            )));
+        }
+        Ok(())
+    }
+
+    /// The segment of this file copied to `key`.
+    fn segment(&self, key: &str, size: u64) -> StoredSegment {
+        StoredSegment {
+            path: key.to_string(),
+            rows: self.rows as i64,
+            size: size as i64,
+            decoded: self.decoded,
+        }
+    }
 }
 
 /// The footer length the last 8 bytes of a Parquet file of `size` bytes give.
@@ -449,6 +479,11 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(stored.rows, 400);
+        assert!(
+            stored.decoded >= 400 << 18,
+            "{} bytes decoded",
+            stored.decoded
+        );
         let file = SerializedFileReader::new(store.get("s.parquet").await.unwrap()).unwrap();
         let groups = file.metadata().row_groups();
         assert!(groups.len() >= 2, "{} row group(s)", groups.len());
@@ -460,5 +495,32 @@ mod tests {
                 group.compressed_size()
             );
         }
+    }
+
+    #[test]
+    fn a_footer_tells_what_plain_values_decode_to_however_well_they_compress() {
+        // 300 documents of 100 KB, each one letter repeated after its id: a few hundred
+        // bytes each once compressed.
+        let ids: ArrayRef = Arc::new(Int64Array::from_iter_values(0..300));
+        let docs = (0..300).map(|id| format!("{id}:{}", "x".repeat(100_000)));
+        let docs: ArrayRef = Arc::new(StringArray::from_iter_values(docs));
+        let batch = RecordBatch::try_from_iter([("id", ids), ("doc", docs)]).unwrap();
+        let props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).unwrap()))
+            .build();
+        let mut file = Vec::new();
+        let mut writer = ArrowWriter::try_new(&mut file, batch.schema(), Some(props)).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+
+        let footer = Footer::in_file(&file, "docs.parquet").unwrap();
+        assert_eq!(footer.rows, 300);
+        assert!(file.len() < 3_000_000 / 10, "{} bytes stored", file.len());
+        assert!(
+            footer.decoded >= 30_000_000,
+            "{} bytes decoded",
+            footer.decoded
+        );
+        assert!(footer.check_rows("docs.parquet", 299).is_err());
     }
 }

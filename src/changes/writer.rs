@@ -39,11 +39,18 @@ pub const AFTER_LINEAGE: [&str; 2] = ["_after_row_id", "_after_last_updated"];
 /// Events per data page (the limit is checked once per write batch of this many).
 const PAGE_ROWS: usize = 1024;
 
+/// A segment's file and what its events take decoded.
+pub struct EncodedSegment {
+    pub bytes: Bytes,
+    /// Bytes of the arrays the file was written from: about what reading it decodes to.
+    pub decoded_bytes: i64,
+}
+
 /// Encodes `changes` (indexes into `survivors`) as one Parquet segment.
 pub fn encode_changes(
     survivors: &Survivors,
     changes: &[ChangeRow],
-) -> Result<Bytes, ChangeStoreError> {
+) -> Result<EncodedSegment, ChangeStoreError> {
     encode_changes_with(survivors, changes, None)
 }
 
@@ -53,7 +60,7 @@ pub fn encode_net_changes(
     survivors: &Survivors,
     changes: &[ChangeRow],
     ordinals: Vec<i64>,
-) -> Result<Bytes, ChangeStoreError> {
+) -> Result<EncodedSegment, ChangeStoreError> {
     encode_changes_with(survivors, changes, Some(ordinals))
 }
 
@@ -61,7 +68,7 @@ fn encode_changes_with(
     survivors: &Survivors,
     changes: &[ChangeRow],
     ordinals: Option<Vec<i64>>,
-) -> Result<Bytes, ChangeStoreError> {
+) -> Result<EncodedSegment, ChangeStoreError> {
     let ops = Int8Array::from(changes.iter().map(|c| c.op.code()).collect::<Vec<_>>());
     let befores: Vec<Option<u32>> = changes.iter().map(|c| c.before).collect();
     let afters: Vec<Option<u32>> = changes.iter().map(|c| c.after).collect();
@@ -119,7 +126,10 @@ fn encode_changes_with(
     let mut writer = ArrowWriter::try_new(&mut out, schema, Some(props))?;
     writer.write(&batch)?;
     writer.close()?;
-    Ok(Bytes::from(out))
+    Ok(EncodedSegment {
+        bytes: Bytes::from(out),
+        decoded_bytes: batch.get_array_memory_size() as i64,
+    })
 }
 
 /// A struct column of the table's columns, taking row `i` of `rows` where `pick` says
@@ -168,7 +178,7 @@ mod tests {
                 after: None,
             })
             .collect();
-        let bytes = encode_changes(&survivors, &changes).unwrap();
+        let bytes = encode_changes(&survivors, &changes).unwrap().bytes;
 
         let options = ArrowReaderOptions::new().with_offset_index_policy(PageIndexPolicy::Required);
         let metadata = ArrowReaderMetadata::load(&bytes, options).unwrap();

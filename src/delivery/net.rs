@@ -151,6 +151,7 @@ fn record(head: ChangeSetHead, range: &NetRange, segment: &NetSegment) -> Segmen
         layout: "changes".into(),
         path: segment.path.clone(),
         size_bytes: segment.size_bytes,
+        decoded_bytes: segment.decoded_bytes,
         deleted_rows: None,
         first_row_id: None,
         lineage_sequence_number: None,

@@ -83,6 +83,24 @@ mod tests {
     }
 
     #[test]
+    fn rows_that_compress_far_better_than_usual_go_by_what_they_decode_to() {
+        // 1 KB stored and 100 KB decoded an event (a repeated document): a chunk decodes
+        // to about 4 MB, not 100 MB, and a page holds a quarter of what it stores.
+        let mut repetitive = segment(1000, 1_000_000);
+        repetitive.decoded_bytes = Some(100_000_000);
+        assert_eq!(chunk_events(&repetitive), (1 << 20) / 25_000);
+        let page = (PAGE_STORED_BYTES / 25_000) as usize;
+        assert_eq!(page_room(10_000, 0, 0, &repetitive), page);
+        // Rows decoding to a few times what they store go by their stored size.
+        let mut narrow = segment(1000, 1_000_000);
+        narrow.decoded_bytes = Some(4_000_000);
+        assert_eq!(chunk_events(&narrow), (1 << 20) / 1000);
+        assert_eq!(page_room(10_000, 0, 0, &narrow), 8388);
+        // A segment whose decoded size is unknown goes by its stored size alone.
+        assert_eq!(page_room(10_000, 0, 0, &segment(1000, 1_000_000)), 8388);
+    }
+
+    #[test]
     fn spans_cut_a_segment_without_gaps() {
         assert_eq!(span_at(0, 40, 100), (0, 40));
         assert_eq!(span_at(2, 40, 100), (80, 20));

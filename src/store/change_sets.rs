@@ -45,6 +45,8 @@ pub struct NewSegment {
     pub layout: &'static str,
     pub path: String,
     pub size_bytes: i64,
+    /// What its events take decoded, where the writer knew it (see [`StoredSegment`]).
+    pub decoded_bytes: Option<i64>,
     /// Key of the positions of the file at `path` that are not events (see
     /// [`crate::changes::deleted_rows`]), for a copied data file with deleted rows.
     pub deleted_rows: Option<String>,
@@ -78,6 +80,7 @@ pub struct SegmentRecord {
     pub layout: String,
     pub path: String,
     pub size_bytes: i64,
+    pub decoded_bytes: Option<i64>,
     pub deleted_rows: Option<String>,
     /// With `lineage_sequence_number`: an `inserts` segment's [`FileLineage`].
     pub first_row_id: Option<i64>,
@@ -98,11 +101,19 @@ pub trait StoredSegment {
     /// Events of the segment.
     fn event_count(&self) -> i64;
 
-    /// Bytes the change store holds per event of this segment (at least 1). Decoded or
-    /// rendered, an event takes some 2 to 20 times that.
+    /// Bytes its events take decoded, where the writer recorded it.
+    fn decoded_bytes(&self) -> Option<i64>;
+
+    /// Bytes the change store holds per event of this segment (at least 1), or a
+    /// [`DECODED_PER_STORED`]th of its decoded bytes per event when that is more. Decoded
+    /// or rendered, an event takes some 2 to 20 times what it stores; rows that compress
+    /// far better (a document repeated) count by what they decode to, so that sizes
+    /// reckoned in stored bytes bound what is decoded whatever the rows.
     fn stored_bytes_per_event(&self) -> u64 {
         let events = self.event_count().max(1) as u64;
-        (self.size_bytes().max(0) as u64 / events).max(1)
+        let stored = self.size_bytes().max(0) as u64 / events;
+        let decoded = self.decoded_bytes().unwrap_or(0).max(0) as u64 / events;
+        stored.max(decoded / DECODED_PER_STORED).max(1)
     }
 
     /// How many of this segment's events store about `bytes`: from 1 (a wider event is
@@ -113,9 +124,17 @@ pub trait StoredSegment {
     }
 }
 
+/// Decoded bytes of an event that count as one stored byte: about what rows of ordinary
+/// tables decode to per byte of a segment, so that their sizes go by what they store.
+pub const DECODED_PER_STORED: u64 = 4;
+
 impl StoredSegment for SegmentRecord {
     fn size_bytes(&self) -> i64 {
         self.size_bytes
+    }
+
+    fn decoded_bytes(&self) -> Option<i64> {
+        self.decoded_bytes
     }
 
     fn event_count(&self) -> i64 {
@@ -142,6 +161,7 @@ impl SegmentRecord {
             layout: layout.into(),
             path: format!("{ordinal}/{first_event}"),
             size_bytes,
+            decoded_bytes: None,
             deleted_rows: None,
             first_row_id: None,
             lineage_sequence_number: None,
@@ -272,6 +292,7 @@ impl Store {
         let layouts: Vec<&str> = segments.iter().map(|s| s.layout).collect();
         let paths: Vec<&str> = segments.iter().map(|s| s.path.as_str()).collect();
         let sizes: Vec<i64> = segments.iter().map(|s| s.size_bytes).collect();
+        let decoded: Vec<Option<i64>> = segments.iter().map(|s| s.decoded_bytes).collect();
         let deleted: Vec<Option<&str>> =
             segments.iter().map(|s| s.deleted_rows.as_deref()).collect();
         let first_row_ids: Vec<Option<i64>> = segments
@@ -286,11 +307,12 @@ impl Store {
         // elements only (`&[String]`, `&[i64]`).
         sqlx::query!(
             "INSERT INTO segments (table_id, ordinal, segment_no, first_event, event_count, \
-               layout, path, size_bytes, deleted_rows, first_row_id, lineage_sequence_number) \
-             SELECT $1, $2, n::int - 1, f, c, l, p, b, d, r, q \
+               layout, path, size_bytes, decoded_bytes, deleted_rows, first_row_id, \
+               lineage_sequence_number) \
+             SELECT $1, $2, n::int - 1, f, c, l, p, b, e, d, r, q \
                FROM unnest($3::bigint[], $4::bigint[], $5::text[], $6::text[], $7::bigint[], \
-                           $8::text[], $9::bigint[], $10::bigint[]) \
-                    WITH ORDINALITY AS u(f, c, l, p, b, d, r, q, n)",
+                           $8::bigint[], $9::text[], $10::bigint[], $11::bigint[]) \
+                    WITH ORDINALITY AS u(f, c, l, p, b, e, d, r, q, n)",
             table.0,
             ordinal,
             &first,
@@ -298,6 +320,7 @@ impl Store {
             &layouts as &[&str],
             &paths as &[&str],
             &sizes,
+            &decoded as &[Option<i64>],
             &deleted as &[Option<&str>],
             &first_row_ids as &[Option<i64>],
             &lineage_sequence_numbers as &[Option<i64>]
@@ -359,7 +382,8 @@ impl Store {
         Ok(sqlx::query_as!(
             SegmentRecord,
             "SELECT s.ordinal, s.segment_no, s.first_event, s.event_count, s.layout, s.path, \
-                    s.size_bytes, s.deleted_rows, s.first_row_id, s.lineage_sequence_number, \
+                    s.size_bytes, s.decoded_bytes, s.deleted_rows, s.first_row_id, \
+                    s.lineage_sequence_number, \
                     c.snapshot_id, c.sequence_number, c.committed_at, c.schema_id, \
                     c.push_version \
                FROM segments s JOIN change_sets c USING (table_id, ordinal) \

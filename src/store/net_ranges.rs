@@ -41,11 +41,16 @@ pub struct NetSegment {
     pub event_count: i64,
     pub path: String,
     pub size_bytes: i64,
+    pub decoded_bytes: Option<i64>,
 }
 
 impl super::StoredSegment for NetSegment {
     fn size_bytes(&self) -> i64 {
         self.size_bytes
+    }
+
+    fn decoded_bytes(&self) -> Option<i64> {
+        self.decoded_bytes
     }
 
     fn event_count(&self) -> i64 {
@@ -233,7 +238,8 @@ impl Store {
         Ok(sqlx::query_as!(
             SegmentRecord,
             "SELECT s.ordinal, s.segment_no, s.first_event, s.event_count, s.layout, s.path, \
-                    s.size_bytes, s.deleted_rows, s.first_row_id, s.lineage_sequence_number, \
+                    s.size_bytes, s.decoded_bytes, s.deleted_rows, s.first_row_id, \
+                    s.lineage_sequence_number, \
                     c.snapshot_id, c.sequence_number, c.committed_at, c.schema_id, \
                     c.push_version \
                FROM segments s JOIN change_sets c USING (table_id, ordinal) \
@@ -322,15 +328,16 @@ impl Store {
         }
         sqlx::query!(
             "INSERT INTO net_segments (range_id, segment_no, first_event, event_count, path, \
-                                       size_bytes) \
+                                       size_bytes, decoded_bytes) \
              SELECT $1, u.* FROM unnest($2::int[], $3::bigint[], $4::bigint[], $5::text[], \
-                                        $6::bigint[]) AS u",
+                                        $6::bigint[], $7::bigint[]) AS u",
             key.range,
             &segments.iter().map(|s| s.segment_no).collect::<Vec<_>>(),
             &segments.iter().map(|s| s.first_event).collect::<Vec<_>>(),
             &segments.iter().map(|s| s.event_count).collect::<Vec<_>>(),
             &segments.iter().map(|s| s.path.clone()).collect::<Vec<_>>(),
-            &segments.iter().map(|s| s.size_bytes).collect::<Vec<_>>()
+            &segments.iter().map(|s| s.size_bytes).collect::<Vec<_>>(),
+            &segments.iter().map(|s| s.decoded_bytes).collect::<Vec<_>>() as &[Option<i64>]
         )
         .execute(&mut *tx)
         .await?;
@@ -401,7 +408,8 @@ impl Store {
     ) -> Result<Vec<NetSegment>, StoreError> {
         Ok(sqlx::query_as!(
             NetSegment,
-            "SELECT segment_no, first_event, event_count, path, size_bytes FROM net_segments \
+            "SELECT segment_no, first_event, event_count, path, size_bytes, decoded_bytes \
+               FROM net_segments \
               WHERE range_id = $1 AND first_event + event_count > $2 \
               ORDER BY segment_no LIMIT $3",
             range,

@@ -393,6 +393,7 @@ fn inserts(
         layout: "inserts",
         path: stored.path,
         size_bytes: stored.size,
+        decoded_bytes: Some(stored.decoded),
         deleted_rows,
         lineage,
     }

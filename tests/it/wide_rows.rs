@@ -1,8 +1,8 @@
-//! Tables of wide rows: a page ends once its events store 8 MiB in the change store,
-//! before `limit`, and the pages still hold every event once, in order, in every format,
-//! as net pages and as a stream; a rewrite decodes them a few at a time and its changes
-//! are exact however it is computed, also when its rows decode to far more than their
-//! stored sizes promised.
+//! Tables of wide rows: a page ends once its events store 8 MiB in the change store, or
+//! decode to 32 MiB, before `limit`, and the pages still hold every event once, in
+//! order, in every format, as net pages and as a stream; a rewrite decodes them a few at
+//! a time and its changes are exact however it is computed, also when its rows decode to
+//! far more than their stored sizes promised.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +25,8 @@ const NARROW: i64 = 10;
 const NAME_BYTES: usize = 200_000;
 /// Bytes of stored events a page holds at most, as the README says.
 const PAGE_STORED_BYTES: u64 = 8 << 20;
+/// Bytes of decoded events a page holds at most, as the README says.
+const PAGE_DECODED_BYTES: usize = 32 << 20;
 
 /// Bytes of the Parquet files below `dir`.
 fn parquet_bytes(dir: &std::path::Path) -> u64 {
@@ -235,6 +237,81 @@ fn repetitive_orders(ids: std::ops::Range<i64>) -> RecordBatch {
     let mut columns: Vec<ArrayRef> = narrow.columns().to_vec();
     columns[1] = Arc::new(names);
     RecordBatch::try_new(narrow.schema(), columns).unwrap()
+}
+
+#[tokio::test]
+async fn pages_of_rows_decoding_far_larger_than_stored_end_by_what_they_decode_to() {
+    // Rows that store a few hundred bytes and decode to 200 KB: counted by what they
+    // store, one page of `limit` would hold all of them. A page ends by what its events
+    // decode to, for an export (a copied data file, known by its footer) as for an
+    // update of every row (a segment icefeed encoded, two images an event).
+    let wh = Warehouse::new().await;
+    let t = wh.create("shop.orders", orders_schema(), None).await;
+    let rows = repetitive_orders(0..ROWS);
+    let table = wh.append(&t, std::slice::from_ref(&rows)).await;
+    let (node, _store) = Node::start_fresh().await;
+    let id = node
+        .register(&wh.registration("shop.orders", json!({})))
+        .await;
+    node.wait_for_checkpoint(&id, head(&table)).await;
+    let (exported, cursor) = pages_decoding_within(&node, &id, "", 1).await;
+    assert_eq!(
+        exported,
+        (0..ROWS).collect::<Vec<_>>(),
+        "the export, in order"
+    );
+
+    let names = rows.column(1).as_string::<i32>();
+    let reversed: StringArray = names
+        .iter()
+        .map(|name| name.map(|n| n.chars().rev().collect::<String>()))
+        .collect();
+    let mut columns = rows.columns().to_vec();
+    columns[1] = Arc::new(reversed);
+    let after = RecordBatch::try_new(rows.schema(), columns).unwrap();
+    let table = wh.overwrite_all(&table, &[after]).await;
+    node.wait_for_checkpoint(&id, head(&table)).await;
+    let (mut updated, _) = pages_decoding_within(&node, &id, &format!("&after={cursor}"), 2).await;
+    updated.sort_unstable();
+    assert_eq!(
+        updated,
+        (0..ROWS).collect::<Vec<_>>(),
+        "every row updated once"
+    );
+    node.shutdown().await;
+}
+
+/// Pages through `id`'s feed after `after` as JSON pages of `limit=1000`, checking that
+/// each holds no more events than decode to [`PAGE_DECODED_BYTES`] (at least `images`
+/// names an event) and that there were several; the ids of their events and the cursor
+/// after the last.
+async fn pages_decoding_within(
+    node: &Node,
+    id: &str,
+    after: &str,
+    images: usize,
+) -> (Vec<i64>, String) {
+    let most = PAGE_DECODED_BYTES / (images * NAME_BYTES);
+    let (mut ids, mut pages, mut after) = (Vec::new(), 0, after.to_string());
+    loop {
+        let path = format!("/v1/tables/{id}/changes?limit=1000{after}");
+        let (status, [_, next, more, _], body) =
+            crate::feed::raw_page(node, &path, "application/json").await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        let page = page_ids("application/json", &body);
+        assert!(
+            !page.is_empty() && page.len() <= most,
+            "page {pages}: {} events of {images} x {NAME_BYTES} bytes decoded",
+            page.len()
+        );
+        ids.extend(page);
+        pages += 1;
+        if more == "false" {
+            assert!(pages > 1, "{} events in one page", ids.len());
+            return (ids, next);
+        }
+        after = format!("&after={next}");
+    }
 }
 
 /// `batch`'s rows in reverse order.

@@ -74,6 +74,9 @@ pub struct NetReduceResult {
     pub events: i64,
     pub path: Option<String>,
     pub size: i64,
+    /// What its events take decoded (unknown for results of earlier versions).
+    #[serde(default)]
+    pub decoded: Option<i64>,
 }
 
 /// The events of `segment` between `range`'s ends: (offset, count) in the segment.
@@ -211,15 +214,16 @@ pub async fn advance(
     let mut first_event = 0;
     let segments: Vec<NetSegment> = outputs
         .into_iter()
-        .filter_map(|r| Some((r.path?, r.events, r.size)))
+        .filter_map(|r| Some((r.path?, r.events, r.size, r.decoded)))
         .enumerate()
-        .map(|(n, (path, events, size))| {
+        .map(|(n, (path, events, size, decoded))| {
             let segment = NetSegment {
                 segment_no: n as i32,
                 first_event,
                 event_count: events,
                 path,
                 size_bytes: size,
+                decoded_bytes: decoded,
             };
             first_event += events;
             segment
@@ -272,6 +276,7 @@ mod tests {
             layout: "changes".into(),
             path: String::new(),
             size_bytes: 1,
+            decoded_bytes: None,
             deleted_rows: None,
             first_row_id: None,
             lineage_sequence_number: None,

@@ -43,29 +43,31 @@ pub async fn run_net_reduce(
         let Some((survivors, changes, ordinals)) = net_changes(&batches, &key)? else {
             return Ok(None);
         };
-        let bytes =
+        let encoded =
             encode_net_changes(&survivors, &changes, ordinals).map_err(TaskError::compute)?;
-        Ok::<_, TaskError>(Some((bytes, changes.len() as i64)))
+        Ok::<_, TaskError>(Some((encoded, changes.len() as i64)))
     })
     .await
     .map_err(TaskError::joined)??;
-    let Some((bytes, events)) = encoded else {
+    let Some((encoded, events)) = encoded else {
         return Ok(NetReduceResult {
             events: 0,
             path: None,
             size: 0,
+            decoded: None,
         });
     };
     let path = net.segment(reduce.n);
-    let size = bytes.len() as i64;
+    let size = encoded.bytes.len() as i64;
     ctx.changes
-        .put(&path, bytes)
+        .put(&path, encoded.bytes)
         .await
         .map_err(TaskError::change_store)?;
     Ok(NetReduceResult {
         events,
         path: Some(path),
         size,
+        decoded: Some(encoded.decoded_bytes),
     })
 }
 

@@ -124,16 +124,16 @@ impl InPlace<'_> {
             async move {
                 let range = n * per_part..((n + 1) * per_part).min(changes.len());
                 let events = range.len() as i64;
-                let bytes = tokio::task::spawn_blocking(move || {
+                let encoded = tokio::task::spawn_blocking(move || {
                     encode_changes(&survivors, &changes[range])
                 })
                 .await
                 .map_err(TaskError::joined)?
                 .map_err(TaskError::compute)?;
                 let path = self.change_set.segment(n);
-                let size_bytes = bytes.len() as i64;
+                let size_bytes = encoded.bytes.len() as i64;
                 self.changes
-                    .put(&path, bytes)
+                    .put(&path, encoded.bytes)
                     .await
                     .map_err(TaskError::change_store)?;
                 Ok::<_, TaskError>(NewSegment {
@@ -141,6 +141,7 @@ impl InPlace<'_> {
                     layout: "changes",
                     path,
                     size_bytes,
+                    decoded_bytes: Some(encoded.decoded_bytes),
                     deleted_rows: None,
                     lineage: None,
                 })

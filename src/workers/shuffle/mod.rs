@@ -194,6 +194,9 @@ pub struct ReduceResult {
     pub rows: i64,
     pub path: Option<String>,
     pub size: i64,
+    /// What its events take decoded (unknown for results of earlier versions).
+    #[serde(default)]
+    pub decoded: Option<i64>,
 }
 
 /// Everything the coordinator of one snapshot's shuffle needs.
@@ -270,6 +273,7 @@ impl Shuffle<'_> {
                         layout: "changes",
                         path,
                         size_bytes: r.size,
+                        decoded_bytes: r.decoded,
                         deleted_rows: None,
                         lineage: None,
                     })

@@ -9,7 +9,7 @@ use super::{ReduceResult, ReduceTask};
 use crate::change::{ChangeRow, Survivors};
 use crate::changelog::carryover::{PairError, pair};
 use crate::changes::ShuffleKey;
-use crate::changes::writer::encode_changes;
+use crate::changes::writer::{EncodedSegment, encode_changes};
 use crate::failure::{Failure, FailureCode};
 use crate::store::ClaimedTask;
 use crate::workers::task_context::{TaskContext, TaskError, render_key};
@@ -38,23 +38,25 @@ pub async fn run_reduce(
     let encoded = tokio::task::spawn_blocking(move || encode(&survivors, &key, &table_schema))
         .await
         .map_err(TaskError::joined)??;
-    let Some((bytes, rows)) = encoded else {
+    let Some((encoded, rows)) = encoded else {
         return Ok(ReduceResult {
             rows: 0,
             path: None,
             size: 0,
+            decoded: None,
         });
     };
     let path = task.key().segment(reduce.n);
-    let size = bytes.len() as i64;
+    let size = encoded.bytes.len() as i64;
     ctx.changes
-        .put(&path, bytes)
+        .put(&path, encoded.bytes)
         .await
         .map_err(TaskError::change_store)?;
     Ok(ReduceResult {
         rows,
         path: Some(path),
         size,
+        decoded: Some(encoded.decoded_bytes),
     })
 }
 
@@ -64,13 +66,13 @@ fn encode(
     survivors: &Survivors,
     key: &[usize],
     table_schema: &iceberg::spec::SchemaRef,
-) -> Result<Option<(bytes::Bytes, i64)>, TaskError> {
+) -> Result<Option<(EncodedSegment, i64)>, TaskError> {
     let changes = pair_by_key(survivors, key, table_schema)?;
     if changes.is_empty() {
         return Ok(None);
     }
-    let bytes = encode_changes(survivors, &changes).map_err(TaskError::compute)?;
-    Ok(Some((bytes, changes.len() as i64)))
+    let encoded = encode_changes(survivors, &changes).map_err(TaskError::compute)?;
+    Ok(Some((encoded, changes.len() as i64)))
 }
 
 /// The changes `survivors` pair into by `key`; two rows of one side with the same key
