@@ -58,7 +58,7 @@ pub async fn run_net_map(
     let columns = hashed_columns(&rows, &map.key);
     let converter = key_converter(&rows, &columns)?;
     let flush_bytes = usize::try_from(ctx.map_memory_bytes / 4).unwrap_or(usize::MAX);
-    let mut held = Partitioned::new(map.buckets).compressed();
+    let mut held = Partitioned::new(map.buckets);
     let mut images = 0i64;
     for input in &map.inputs {
         let segment = &input.segment;

@@ -99,7 +99,6 @@ pub struct Partitioned {
     /// Partitions written so far, in file order.
     pub written: Vec<BucketFile>,
     files: usize,
-    compressed: bool,
 }
 
 impl Partitioned {
@@ -111,16 +110,7 @@ impl Partitioned {
             held_bytes: 0,
             written: Vec::new(),
             files: 0,
-            compressed: false,
         }
-    }
-
-    /// Writes its files LZ4-compressed: for shuffles of whole ranges of a feed, whose
-    /// files would otherwise take several times the table's size; a snapshot's shuffle
-    /// holds only what survived carryover and stays uncompressed, sparing its CPU.
-    pub fn compressed(mut self) -> Self {
-        self.compressed = true;
-        self
     }
 
     /// Holds `batch`, whose row `i` belongs to partition `partition_of[i]`.
@@ -151,8 +141,7 @@ impl Partitioned {
         let rows: Vec<_> = self.rows.iter_mut().map(std::mem::take).collect();
         self.held_bytes = 0;
         // Encoding is CPU work: keep it off the async workers.
-        let compression = self.compressed.then_some(CompressionType::LZ4_FRAME);
-        let (bytes, parts) = tokio::task::spawn_blocking(move || encode(&held, &rows, compression))
+        let (bytes, parts) = tokio::task::spawn_blocking(move || encode(&held, &rows))
             .await
             .map_err(TaskError::joined)?
             .map_err(TaskError::compute)?;
@@ -171,21 +160,34 @@ impl Partitioned {
     }
 }
 
+/// Partitions whose rows take at least this much are written LZ4-compressed: the files of
+/// a shuffle or a spill hold rows decoded, several times their Parquet size and a
+/// multiple of that for rows that compress well (a repeated document written whole),
+/// all written to the change store and read back. Smaller ones (most of the buckets of
+/// a rewrite that changed little) are not: compressing costs a frame per buffer.
+const COMPRESS_FROM: usize = 1 << 20;
+
 /// One IPC stream per non-empty partition, concatenated, and where each is (no path yet).
 fn encode(
     held: &[RecordBatch],
     rows: &[Vec<(usize, usize)>],
-    compression: Option<CompressionType>,
 ) -> Result<(Bytes, Vec<BucketFile>), ArrowError> {
-    let options = IpcWriteOptions::default().try_with_compression(compression)?;
+    let plain = IpcWriteOptions::default();
+    let compressed = plain
+        .clone()
+        .try_with_compression(Some(CompressionType::LZ4_FRAME))?;
     let batches: Vec<&RecordBatch> = held.iter().collect();
     let mut out = Vec::new();
     let mut parts = Vec::new();
     for (p, rows) in rows.iter().enumerate().filter(|(_, r)| !r.is_empty()) {
         let batch = interleave_record_batch(&batches, rows)?;
+        let decoded = batch.get_array_memory_size();
+        let options = match decoded >= COMPRESS_FROM {
+            true => compressed.clone(),
+            false => plain.clone(),
+        };
         let start = out.len();
-        let mut writer =
-            StreamWriter::try_new_with_options(&mut out, &batch.schema(), options.clone())?;
+        let mut writer = StreamWriter::try_new_with_options(&mut out, &batch.schema(), options)?;
         writer.write(&batch)?;
         writer.finish()?;
         drop(writer);
@@ -195,6 +197,7 @@ fn encode(
             rows: rows.len() as i64,
             offset: start as u64,
             bytes: len as i64,
+            decoded: decoded as i64,
             path: String::new(),
         });
     }
@@ -255,32 +258,47 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn compressed_partitions_read_back_the_same_in_fewer_bytes() {
+    async fn large_partitions_are_stored_compressed_and_all_know_what_they_decode_to() {
         let dir = tempfile::tempdir().unwrap();
         let changes = ChangeStore::open(dir.path().to_str().unwrap(), &Default::default()).unwrap();
         let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
         let shuffled = shuffled_schema(&schema);
-        let ids: Vec<i64> = (0..10_000).map(|i| i % 7).collect();
+        // 200,000 ids and sides decode to 1.8 MB; 10,000 of them to 90 KB.
+        let ids: Vec<i64> = (0..200_000).map(|i| i % 7).collect();
         let plain = RecordBatch::try_new(
             schema.clone(),
             vec![Arc::new(Int64Array::from(ids.clone()))],
         );
         let batch = with_side(&shuffled, &plain.unwrap(), DELETED).unwrap();
-        let mut sizes = Vec::new();
-        for compressed in [false, true] {
-            let mut out = Partitioned::new(1);
-            if compressed {
-                out = out.compressed();
-            }
-            out.push(batch.clone(), &vec![0; ids.len()]);
-            out.flush(&changes, |n| format!("{compressed}-{n}"))
-                .await
-                .unwrap();
-            let read = read_parts(&changes, &out.written).await.unwrap();
-            assert_eq!(self::ids(&read), ids);
-            sizes.push(out.written[0].bytes);
-        }
-        assert!(sizes[1] * 4 < sizes[0], "{sizes:?}");
+        let mut partition_of = vec![0; ids.len()];
+        partition_of[..10_000].fill(1);
+        let mut out = Partitioned::new(2);
+        out.push(batch.clone(), &partition_of);
+        out.flush(&changes, |n| format!("f{n}")).await.unwrap();
+        let [large, small] = &out.written[..] else {
+            panic!("{:?}", out.written)
+        };
+        let read = read_parts(&changes, std::slice::from_ref(large))
+            .await
+            .unwrap();
+        assert_eq!(self::ids(&read), ids[10_000..]);
+        assert!(
+            large.decoded >= 1_710_000,
+            "{} bytes decoded",
+            large.decoded
+        );
+        assert!(
+            large.bytes * 4 < large.decoded,
+            "{} bytes stored",
+            large.bytes
+        );
+        assert_eq!(large.memory(), large.decoded as u64);
+        let read = read_parts(&changes, std::slice::from_ref(small))
+            .await
+            .unwrap();
+        assert_eq!(self::ids(&read), ids[..10_000]);
+        assert!(small.decoded >= 90_000, "{} bytes decoded", small.decoded);
+        assert!(small.bytes >= 90_000, "{} bytes stored", small.bytes);
     }
 
     #[tokio::test]

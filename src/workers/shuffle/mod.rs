@@ -158,7 +158,18 @@ pub struct BucketFile {
     pub rows: i64,
     pub offset: u64,
     pub bytes: i64,
+    /// Bytes its rows take in memory, read back (0 in the files of earlier versions,
+    /// which were uncompressed: their `bytes`).
+    #[serde(default)]
+    pub decoded: i64,
     pub path: String,
+}
+
+impl BucketFile {
+    /// Bytes its rows take in memory once read.
+    pub fn memory(&self) -> u64 {
+        self.decoded.max(self.bytes).max(0) as u64
+    }
 }
 
 /// What a map task reports: surviving rows per side and its buckets.
@@ -472,7 +483,7 @@ pub(crate) fn reduce_inputs(
     let mut by_bucket: BTreeMap<u32, Vec<BucketFile>> = BTreeMap::new();
     let mut total = 0u64;
     for file in files {
-        total += file.bytes.max(0) as u64;
+        total += file.memory();
         by_bucket.entry(file.bucket).or_default().push(file);
     }
     let share = total.div_ceil(MIN_REDUCE_TASKS).max(SPLIT_REDUCES_FROM);
@@ -489,7 +500,7 @@ fn coalesce(
 ) -> Vec<Vec<BucketFile>> {
     let sized = by_bucket
         .into_values()
-        .map(|files| (files.iter().map(|f| f.bytes.max(0) as u64).sum(), files));
+        .map(|files| (files.iter().map(BucketFile::memory).sum(), files));
     cut_into_shares(sized, share, |run, _, size| run + size <= target)
         .into_iter()
         .map(|run| run.into_iter().flatten().collect())
@@ -541,6 +552,7 @@ mod tests {
             rows: 1,
             offset: 0,
             bytes,
+            decoded: 0,
             path: format!("b{bucket}"),
         }
     }

@@ -156,7 +156,7 @@ impl Spill<'_> {
             }
             let budget = self.ctx.map_memory_bytes;
             for (partition, parts) in by_partition {
-                let bytes: u64 = parts.iter().map(|p| p.bytes.max(0) as u64).sum();
+                let bytes: u64 = parts.iter().map(BucketFile::memory).sum();
                 if bytes > budget / 4 && level < MAX_SPLITS {
                     let name = format!("{name}.{partition}");
                     let runs = Runs::new(name.clone(), level + 1, spill_partitions(bytes, budget));
