@@ -4,8 +4,10 @@
 //! table. Counted in events alone, a table of 1 MB documents would have a page of ten
 //! decode 32,768 of them.
 //!
-//! Sizes follow what the index records of a segment (its stored bytes per event), so
-//! every reader on every node cuts a segment alike and shares its chunks and windows.
+//! Sizes follow what the index records of a segment (its stored bytes per event, or a
+//! quarter of its decoded bytes where rows compress far better than usual: see
+//! `StoredSegment::stored_bytes_per_event`), so every reader on every node cuts a
+//! segment alike and shares its chunks and windows.
 //! Must not reach: `api`, `workers`
 //! (delivery renders and sends; the HTTP layer and workers call it).
 
@@ -85,7 +87,7 @@ mod tests {
     #[test]
     fn rows_that_compress_far_better_than_usual_go_by_what_they_decode_to() {
         // 1 KB stored and 100 KB decoded an event (a repeated document): a chunk decodes
-        // to about 4 MB, not 100 MB, and a page holds a quarter of what it stores.
+        // to about 4 MB, not 100 MB, and a page to about 32 MB, not 800 MB.
         let mut repetitive = segment(1000, 1_000_000);
         repetitive.decoded_bytes = Some(100_000_000);
         assert_eq!(chunk_events(&repetitive), (1 << 20) / 25_000);

@@ -182,9 +182,10 @@ fn encode(
     for (p, rows) in rows.iter().enumerate().filter(|(_, r)| !r.is_empty()) {
         let batch = interleave_record_batch(&batches, rows)?;
         let decoded = batch.get_array_memory_size();
-        let options = match decoded >= COMPRESS_FROM {
-            true => compressed.clone(),
-            false => plain.clone(),
+        let options = if decoded >= COMPRESS_FROM {
+            compressed.clone()
+        } else {
+            plain.clone()
         };
         let start = out.len();
         let mut writer = StreamWriter::try_new_with_options(&mut out, &batch.schema(), options)?;

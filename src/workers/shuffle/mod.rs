@@ -158,8 +158,8 @@ pub struct BucketFile {
     pub rows: i64,
     pub offset: u64,
     pub bytes: i64,
-    /// Bytes its rows take in memory, read back (0 in the files of earlier versions,
-    /// which were uncompressed: their `bytes`).
+    /// Bytes its rows take in memory, read back (0 in the files of earlier versions:
+    /// their `bytes` stand for it).
     #[serde(default)]
     pub decoded: i64,
     pub path: String,
