@@ -359,8 +359,8 @@ pub struct PageQuery {
     /// omit to start at the oldest retained event.
     pub after: Option<String>,
     /// Events per page (default 1000); at most `api.max_limit` (10000). A page ends
-    /// earlier, with `more`, once its events store 8 MiB in the change store (wide
-    /// rows), holding at least one.
+    /// earlier, with `more`, once its events store 8 MiB in the change store or decode
+    /// to 32 MiB (wide rows), holding at least one.
     #[param(minimum = 1)]
     pub limit: Option<u32>,
     /// How longs beyond ±2^53 are written: `auto` (default) or `number`.
