@@ -5,14 +5,15 @@
 use parquet::arrow::ProjectionMask;
 use parquet::file::metadata::ParquetMetaData;
 
+use crate::changes::store::decoded_bytes;
+
 /// Bytes a decoded batch holds about, at most: wide rows (documents, blobs) make batches
 /// of fewer rows, so that memory budgets counted in batches hold whatever the width.
 const BATCH_BYTES: u64 = 8 << 20;
 
 /// Rows per decoded batch of the `mask` columns of a file: at most `max_rows`, and as many
 /// as [`BATCH_BYTES`] hold at the widest of its row groups, as its footer records them
-/// (the size of the values once decompressed and decoded, where the writer recorded it,
-/// or of their encoded pages), at least one.
+/// ([`decoded_bytes`]), at least one.
 pub(super) fn batch_rows(
     parquet: &ParquetMetaData,
     mask: &ProjectionMask,
@@ -25,10 +26,7 @@ pub(super) fn batch_rows(
         .map(|group| {
             let bytes: i64 = (group.columns().iter().enumerate())
                 .filter(|(leaf, _)| mask.leaf_included(*leaf))
-                .map(|(_, column)| {
-                    let values = column.unencoded_byte_array_data_bytes().unwrap_or(0);
-                    column.uncompressed_size().max(values).max(0)
-                })
+                .map(|(_, column)| decoded_bytes(column))
                 .sum();
             (bytes as u64).div_ceil(group.num_rows() as u64)
         })

@@ -16,7 +16,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::metadata::{FooterTail, ParquetMetaDataReader};
+use parquet::file::metadata::{ColumnChunkMetaData, FooterTail, ParquetMetaDataReader};
 use parquet::file::properties::WriterProperties;
 use url::Url;
 
@@ -345,13 +345,20 @@ impl ChangeStore {
     }
 }
 
+/// About what a column chunk's values decode to, as its footer records them: the size of
+/// its pages once decompressed, or of its strings and binaries unencoded where the
+/// writer recorded that and it is more. Wide values are stored plain, so this holds for
+/// them; values repeated through a dictionary decode to more, which no footer without
+/// size statistics tells.
+pub fn decoded_bytes(column: &ColumnChunkMetaData) -> i64 {
+    let values = column.unencoded_byte_array_data_bytes().unwrap_or(0);
+    column.uncompressed_size().max(values).max(0)
+}
+
 /// What a data file's footer says of it.
 struct Footer {
     rows: u64,
-    /// Bytes of its column chunks' pages once decompressed (or of their strings and
-    /// binaries unencoded, where the writer recorded that and it is more): about what its
-    /// rows decode to, since wide values are stored plain. Values repeated through a
-    /// dictionary decode to more, which no footer without size statistics tells.
+    /// What its rows decode to, about ([`decoded_bytes`] of its column chunks).
     decoded: i64,
 }
 
@@ -387,10 +394,7 @@ impl Footer {
             .row_groups()
             .iter()
             .flat_map(|group| group.columns())
-            .map(|c| {
-                let plain = c.unencoded_byte_array_data_bytes().unwrap_or(0);
-                c.uncompressed_size().max(plain)
-            })
+            .map(decoded_bytes)
             .sum();
         Ok(Self {
             rows: metadata.file_metadata().num_rows() as u64,

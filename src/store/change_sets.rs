@@ -54,6 +54,21 @@ pub struct NewSegment {
     pub lineage: Option<FileLineage>,
 }
 
+impl NewSegment {
+    /// A `changes` segment icefeed encoded.
+    pub fn changes(path: String, event_count: i64, size_bytes: i64, decoded: Option<i64>) -> Self {
+        Self {
+            event_count,
+            layout: "changes",
+            path,
+            size_bytes,
+            decoded_bytes: decoded,
+            deleted_rows: None,
+            lineage: None,
+        }
+    }
+}
+
 /// A published change set.
 #[derive(Clone, Debug)]
 pub struct ChangeSetRecord {
@@ -126,7 +141,7 @@ pub trait StoredSegment {
 
 /// Decoded bytes of an event that count as one stored byte: about what rows of ordinary
 /// tables decode to per byte of a segment, so that their sizes go by what they store.
-pub const DECODED_PER_STORED: u64 = 4;
+const DECODED_PER_STORED: u64 = 4;
 
 impl StoredSegment for SegmentRecord {
     fn size_bytes(&self) -> i64 {

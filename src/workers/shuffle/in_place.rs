@@ -136,15 +136,12 @@ impl InPlace<'_> {
                     .put(&path, encoded.bytes)
                     .await
                     .map_err(TaskError::change_store)?;
-                Ok::<_, TaskError>(NewSegment {
-                    event_count: events,
-                    layout: "changes",
+                Ok::<_, TaskError>(NewSegment::changes(
                     path,
+                    events,
                     size_bytes,
-                    decoded_bytes: Some(encoded.decoded_bytes),
-                    deleted_rows: None,
-                    lineage: None,
-                })
+                    Some(encoded.decoded_bytes),
+                ))
             }
         });
         Ok(Some(ShuffleOutcome {

@@ -279,15 +279,8 @@ impl Shuffle<'_> {
             segments: outputs
                 .into_iter()
                 .filter_map(|r| {
-                    r.path.map(|path| NewSegment {
-                        event_count: r.rows,
-                        layout: "changes",
-                        path,
-                        size_bytes: r.size,
-                        decoded_bytes: r.decoded,
-                        deleted_rows: None,
-                        lineage: None,
-                    })
+                    r.path
+                        .map(|path| NewSegment::changes(path, r.rows, r.size, r.decoded))
                 })
                 .collect(),
         })
