@@ -473,6 +473,11 @@ impl Settings {
                 "api.default_limit must be between 1 and api.max_limit".into(),
             ));
         }
+        if self.api.max_arrow_limit < self.api.max_limit {
+            return Err(ConfigError::Invalid(
+                "api.max_arrow_limit must be at least api.max_limit".into(),
+            ));
+        }
         let db = &self.database;
         if db.max_connections < 2 || db.acquire_timeout.is_zero() || db.statement_timeout.is_zero()
         {
@@ -698,5 +703,17 @@ mod tests {
                 .to_string()
                 .contains("catalog.timeout")
         );
+    }
+
+    #[test]
+    fn arrow_pages_may_be_larger_but_never_smaller_than_json_pages() {
+        let api = Settings::default().api;
+        assert_eq!((api.max_limit, api.max_arrow_limit), (10_000, 100_000));
+        let mut settings = Settings::default();
+        settings.api.max_limit = 200_000;
+        let refused = settings.validate().unwrap_err().to_string();
+        assert!(refused.contains("api.max_arrow_limit"), "{refused}");
+        settings.api.max_arrow_limit = 200_000;
+        assert!(settings.validate().is_ok());
     }
 }

@@ -159,7 +159,8 @@ pub async fn get_changes(
             "`until` ends a range of net changes: pass `net=true` with it",
         ));
     }
-    let limit = page_limit(&state, query.limit)?;
+    let format = Format::negotiate(query.format, &headers);
+    let limit = page_limit(&state, query.limit, format)?;
     let wait = long_poll_wait(&state, query.wait)?;
     let after = start_position(&state, &table, query.after.as_deref()).await?;
     let selection = selection(
@@ -174,7 +175,7 @@ pub async fn get_changes(
         registered: table.created_at,
         after,
         limit,
-        format: Format::negotiate(query.format, &headers),
+        format,
         options: query.longs.unwrap_or_default().options(),
         selection,
     };

@@ -43,7 +43,8 @@ pub async fn net_page(
     query: &PageQuery,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
-    let limit = page_limit(state, query.limit)?;
+    let format = Format::negotiate(query.format, headers);
+    let limit = page_limit(state, query.limit, format)?;
     let wait = long_poll_wait(state, query.wait)?;
     let selection = selection(state, table, query.ops.as_deref(), query.columns.as_deref()).await?;
     // Feed cursors (and `now`) start a range; a cursor into net changes continues one.
@@ -77,12 +78,7 @@ pub async fn net_page(
                     more,
                 };
                 let options = query.longs.unwrap_or_default().options();
-                let page = PageSink::new(
-                    Format::negotiate(query.format, headers),
-                    &options,
-                    &feed_cursor,
-                    0,
-                );
+                let page = PageSink::new(format, &options, &feed_cursor, 0);
                 return page.respond(state, tail, table, &selection).await;
             }
         },
@@ -98,12 +94,7 @@ pub async fn net_page(
     };
     let Some(event_count) = wait_for(state, range.clone(), wait).await? else {
         // Still being computed: an empty page whose cursor holds the range.
-        let page = PageSink::new(
-            Format::negotiate(query.format, headers),
-            &options,
-            &feed_cursor,
-            0,
-        );
+        let page = PageSink::new(format, &options, &feed_cursor, 0);
         let tail = PageTail {
             next: at(consumed),
             more: true,
@@ -117,12 +108,7 @@ pub async fn net_page(
         }
         .write_cursor(t, out)
     };
-    let mut page = PageSink::new(
-        Format::negotiate(query.format, headers),
-        &options,
-        &cursor,
-        limit,
-    );
+    let mut page = PageSink::new(format, &options, &cursor, limit);
     let end = state
         .feed
         .read_net(table, &range, consumed, limit, &selection, page.sink())

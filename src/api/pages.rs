@@ -121,10 +121,14 @@ impl Format {
     }
 }
 
-/// Checks a requested page size against the node's limits.
-pub fn page_limit(state: &AppState, limit: Option<u32>) -> Result<usize, ApiError> {
-    let max = state.settings.api.max_limit;
-    let limit = limit.unwrap_or(state.settings.api.default_limit);
+/// Checks a requested size of a page in `format` against the node's limits.
+pub fn page_limit(state: &AppState, limit: Option<u32>, format: Format) -> Result<usize, ApiError> {
+    let api = &state.settings.api;
+    let max = match format {
+        Format::Arrow => api.max_arrow_limit,
+        Format::Json | Format::Ndjson => api.max_limit,
+    };
+    let limit = limit.unwrap_or(api.default_limit);
     if limit == 0 || limit > max {
         return Err(
             limits::out_of_range(ProblemCode::LimitOutOfRange, "limit", 1, max, "", limit)
@@ -358,7 +362,8 @@ pub struct PageQuery {
     /// `position`); `now` to start at the head (only events published from now on);
     /// omit to start at the oldest retained event.
     pub after: Option<String>,
-    /// Events per page (default 1000); at most `api.max_limit` (10000). A page ends
+    /// Events per page (default 1000); at most `api.max_limit` (10000), or for Arrow
+    /// pages `api.max_arrow_limit` (100000). A page ends
     /// earlier, with `more`, once its events store 8 MiB in the change store or decode
     /// to 32 MiB (wide rows), holding at least one.
     #[param(minimum = 1)]

@@ -18,7 +18,7 @@ use utoipa::IntoParams;
 use super::AppState;
 use super::error::{ApiError, ProblemCode};
 use super::extract::{Path, Query};
-use super::pages::{Longs, page_limit, selection};
+use super::pages::{Format, Longs, page_limit, selection};
 use super::pages::{ensure_retained, start_position};
 use super::tables::load;
 use crate::api::problem::problems;
@@ -89,7 +89,8 @@ pub async fn stream_changes(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let table = Arc::new(load(&state, &id).await?);
-    let limit = page_limit(&state, query.limit)?;
+    // Events are sent as JSON, whatever the request accepts.
+    let limit = page_limit(&state, query.limit, Format::Json)?;
     let cursor = resume_cursor(&headers, query.after.as_deref())?;
     let start = start_position(&state, &table, cursor).await?;
     let selection = Arc::new(

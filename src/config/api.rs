@@ -16,6 +16,13 @@ pub struct ApiSettings {
     pub default_limit: u32,
     /// The largest page a request may ask for.
     pub max_limit: u32,
+    /// The largest Arrow page a request may ask for (at least `max_limit`). An Arrow
+    /// page's body is little more than its events' decoded columns, sliced from the
+    /// decoded segments, which a page's byte bounds (32 MiB decoded) already limit; a
+    /// JSON page renders its events to several times their decoded size, so its count
+    /// bounds its memory. Bulk readers pay per-page costs (a request, a round trip,
+    /// lookups) ten times less often.
+    pub max_arrow_limit: u32,
     /// How long a graceful shutdown waits for in-flight requests.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
@@ -88,6 +95,7 @@ impl Default for ApiSettings {
         Self {
             default_limit: 1000,
             max_limit: 10_000,
+            max_arrow_limit: 100_000,
             shutdown_grace: Duration::from_secs(10),
             max_wait: Duration::from_secs(60),
             stream_heartbeat: Duration::from_secs(15),

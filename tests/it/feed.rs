@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use arrow::array::AsArray;
 use serde_json::{Value, json};
 
 use crate::fixtures::{RegisteredOrders, order_json, orders, orders_schema, registered_orders};
@@ -543,5 +544,95 @@ async fn change_sets_are_listed_newest_first_with_the_cursor_that_reads_from_the
         (status, problem["code"].as_str()),
         (400, Some("limit_out_of_range"))
     );
+    node.shutdown().await;
+}
+
+/// The `id` column of an Arrow page, in order.
+fn arrow_ids(body: &[u8]) -> Vec<i64> {
+    let reader = arrow::ipc::reader::StreamReader::try_new(body, None).unwrap();
+    let mut ids = Vec::new();
+    for batch in reader {
+        let batch = batch.unwrap();
+        let column = batch.column_by_name("id").unwrap();
+        let column = column.as_primitive::<arrow::datatypes::Int64Type>();
+        ids.extend(column.values().iter().copied());
+    }
+    ids
+}
+
+#[tokio::test]
+async fn arrow_pages_hold_up_to_ten_times_the_events_of_json_pages() {
+    const ARROW: &str = "application/vnd.apache.arrow.stream";
+    let RegisteredOrders {
+        node,
+        id,
+        wh: _wh,
+        table: _table,
+        store: _store,
+    } = registered_orders(1..=25_000).await;
+    // Past `api.max_limit`: one Arrow page holds every event, in order.
+    let path = format!("/v1/tables/{id}/changes?limit=25000");
+    let (status, [_, _, more, count], body) = raw_page(&node, &path, ARROW).await;
+    assert_eq!(
+        (status, more.as_str(), count.as_str()),
+        (200, "false", "25000")
+    );
+    assert_eq!(arrow_ids(&body), (1..=25_000).collect::<Vec<_>>());
+    // So does a subscription's Arrow page.
+    let (status, sub) = node
+        .post(
+            "/v1/subscriptions",
+            &json!({"name": "bulk", "tables": [id]}),
+        )
+        .await;
+    assert_eq!(status, 201, "{sub}");
+    let path = "/v1/subscriptions/bulk/events?limit=25000&format=arrow";
+    let (status, [_, _, _, count], body) = raw_page(&node, path, ARROW).await;
+    assert_eq!((status, count.as_str()), (200, "25000"));
+    assert_eq!(arrow_ids(&body).len(), 25_000);
+
+    // JSON and NDJSON pages, and streams (their events are JSON), keep the lower bound,
+    // and each refusal names the bound that applies.
+    let refused = [
+        (
+            format!("/v1/tables/{id}/changes?limit=25000"),
+            "application/json",
+            10_000,
+        ),
+        (
+            format!("/v1/tables/{id}/changes?limit=25000"),
+            "application/x-ndjson",
+            10_000,
+        ),
+        (
+            format!("/v1/tables/{id}/changes/stream?limit=25000"),
+            ARROW,
+            10_000,
+        ),
+        (
+            "/v1/subscriptions/bulk/events?limit=25000".to_string(),
+            "application/json",
+            10_000,
+        ),
+        (
+            format!("/v1/tables/{id}/changes?limit=100001"),
+            ARROW,
+            100_000,
+        ),
+        (
+            "/v1/subscriptions/bulk/events?limit=100001".to_string(),
+            ARROW,
+            100_000,
+        ),
+    ];
+    for (path, accept, max) in refused {
+        // The status first: an accepted stream would not end.
+        let r = node.http.get(node.url(&path)).header("accept", accept);
+        let r = r.send().await.unwrap();
+        assert_eq!(r.status(), 400, "{path} {accept}");
+        let problem: Value = r.json().await.unwrap();
+        assert_eq!(problem["code"], "limit_out_of_range", "{path} {accept}");
+        assert_eq!(problem["max_limit"], max, "{path} {accept}");
+    }
     node.shutdown().await;
 }

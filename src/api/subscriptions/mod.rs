@@ -483,7 +483,8 @@ pub struct SubscriptionPageQuery {
     /// Continue after this cursor of the subscription instead of its committed position
     /// (to read ahead before acknowledging).
     pub after: Option<String>,
-    /// Events per page (default 1000); at most `api.max_limit` (10000).
+    /// Events per page (default 1000); at most `api.max_limit` (10000), or for Arrow
+    /// pages `api.max_arrow_limit` (100000).
     #[param(minimum = 1)]
     pub limit: Option<u32>,
     /// How longs beyond ±2^53 are written: `auto` (default) or `number`.
@@ -555,12 +556,12 @@ pub async fn get_subscription_events(
     if net::is_net(&query) {
         return net::net_events(&state, &loaded, &query, &headers).await;
     }
-    let limit = page_limit(&state, query.limit)?;
+    let format = Format::negotiate(query.format, &headers);
+    let limit = page_limit(&state, query.limit, format)?;
     let wait = long_poll_wait(&state, query.wait)?;
     let start = loaded.start(&state, query.after.as_deref()).await?;
     let selection = loaded.selection()?;
     let options = query.longs.unwrap_or_default().options();
-    let format = Format::negotiate(query.format, &headers);
     let ids: Vec<TableId> = loaded.tables.iter().map(|t| t.id).collect();
     let positions = Positions::new(loaded.subscription.id, ids.clone(), start.clone());
     let cursor = |t: TableId, p: Position, out: &mut Vec<u8>| positions.write_cursor(t, p, out);

@@ -40,7 +40,8 @@ pub async fn net_events(
     query: &SubscriptionPageQuery,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
-    let limit = page_limit(state, query.limit)?;
+    let format = Format::negotiate(query.format, headers);
+    let limit = page_limit(state, query.limit, format)?;
     let deadline = Instant::now() + long_poll_wait(state, query.wait)?;
     let selection = loaded.selection()?;
     let options = query.longs.unwrap_or_default().options();
@@ -77,12 +78,7 @@ pub async fn net_events(
         );
         out.extend_from_slice(cursor.as_bytes());
     };
-    let mut page = PageSink::new(
-        Format::negotiate(query.format, headers),
-        &options,
-        &cursor,
-        limit,
-    );
+    let mut page = PageSink::new(format, &options, &cursor, limit);
     let mut count = 0;
     let mut inside: Option<NetAt> = None;
     let mut slot = at.map_or(0, |a| a.slot);

@@ -15,7 +15,7 @@ use super::{load, record_delivered};
 use crate::api::AppState;
 use crate::api::error::ApiError;
 use crate::api::extract::{Path, Query};
-use crate::api::pages::{Longs, page_limit};
+use crate::api::pages::{Format, Longs, page_limit};
 use crate::api::problem::problems;
 use crate::api::stream::{resume_cursor, sse_response, stream_page, stream_timing};
 use crate::changes::Position;
@@ -73,7 +73,8 @@ pub async fn stream_subscription(
     let loaded = Arc::new(load(&state, &id).await?);
     super::push::ensure_pull(&loaded)?;
     loaded.ensure_active()?;
-    let limit = page_limit(&state, query.limit)?;
+    // Events are sent as JSON, whatever the request accepts.
+    let limit = page_limit(&state, query.limit, Format::Json)?;
     let cursor = resume_cursor(&headers, query.after.as_deref())?;
     let start = loaded.start(&state, cursor).await?;
     let selection = Arc::new(loaded.selection()?);
