@@ -21,6 +21,8 @@
 //!
 //! PostgreSQL: `ICEFEED_BENCH_DATABASE_URL` (a role that may create databases).
 
+#[path = "load/body.rs"]
+mod body;
 #[path = "load/database.rs"]
 mod database;
 #[path = "load/delivery.rs"]
@@ -188,7 +190,7 @@ fn main() -> anyhow::Result<()> {
     ];
     for pull in &outcome.pulls {
         rows.push(Row {
-            scenario: format!("pull {} (limit {})", pull.format, service::PAGE_LIMIT),
+            scenario: format!("pull {} (limit {})", pull.format, pull.limit),
             rows: pull.events,
             elapsed: pull.elapsed,
             bytes: pull.bytes,

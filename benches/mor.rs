@@ -45,6 +45,8 @@
 //! create databases). The Java writer: `ICEFEED_BENCH_ICEBERG_WRITER`, else what
 //! `scripts/iceberg-writer.sh` prints (Java 17 and Maven; built once).
 
+#[path = "load/body.rs"]
+mod body;
 #[path = "load/cdc.rs"]
 #[allow(dead_code)]
 mod cdc;

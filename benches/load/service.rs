@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::body::BodyCheck;
 use crate::database::{Database, node_settings};
 use anyhow::{Context, bail};
 use icefeed::api::pages::{ARROW_STREAM, COUNT_HEADER, MORE_HEADER, NDJSON, NEXT_CURSOR_HEADER};
@@ -15,8 +16,6 @@ use tokio_util::sync::CancellationToken;
 use crate::delivery::{self, Delivery, DeliveryPlan};
 use crate::generate::BenchTable;
 
-/// Events per page of the pull phases.
-pub const PAGE_LIMIT: u64 = 10_000;
 /// Events pulled before the timed pulls.
 const WARM_UP_EVENTS: u64 = 500_000;
 const CHECKPOINT_POLL: Duration = Duration::from_millis(20);
@@ -42,6 +41,15 @@ pub enum Wire {
 }
 
 impl Wire {
+    /// Events per page of the pull phases: the largest page the node answers in this
+    /// representation (`api.max_limit`, `api.max_arrow_limit`).
+    pub fn page_limit(self) -> u64 {
+        match self {
+            Wire::Json | Wire::Ndjson => 10_000,
+            Wire::Arrow => 100_000,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Wire::Json => "JSON",
@@ -54,6 +62,8 @@ impl Wire {
 /// One pass over the feed.
 pub struct Pull {
     pub format: &'static str,
+    /// The `limit` of its pages.
+    pub limit: u64,
     pub events: u64,
     pub pages: u64,
     pub bytes: u64,
@@ -180,7 +190,7 @@ pub async fn initial_load(
 }
 
 /// Pages through the feed from its start, up to `max` events, checking each body against
-/// its headers (see [`json_events`]); checks that it holds `table_rows` events (all
+/// its headers as it arrives (see [`BodyCheck`]); checks that it holds `table_rows` events (all
 /// inserts: an export).
 pub async fn pull(
     client: &reqwest::Client,
@@ -197,7 +207,7 @@ pub async fn pull(
     let mut checking = Duration::ZERO;
     let started = Instant::now();
     while events < max {
-        let limit = PAGE_LIMIT.min(max - events);
+        let limit = wire.page_limit().min(max - events);
         let mut request = client.get(&url).query(&[("limit", limit)]);
         if let Some(cursor) = &after {
             request = request.query(&[("after", cursor)]);
@@ -216,21 +226,15 @@ pub async fn pull(
         let next = header(NEXT_CURSOR_HEADER)?;
         let more = header(MORE_HEADER)? == "true";
         let announced: u64 = header(COUNT_HEADER)?.parse()?;
-        let body = response.bytes().await?;
-        let parsing = Instant::now();
-        let first = pages == 0;
-        let count = match wire {
-            Wire::Json => json_events(&body, first, &next, more)?,
-            Wire::Ndjson => {
-                if first && !body.is_empty() {
-                    let line = body.split(|b| *b == b'\n').next().unwrap_or_default();
-                    is_insert(&serde_json::from_slice(line)?)?;
-                }
-                count_newlines(&body)
-            }
-            Wire::Arrow => arrow_rows(&body)?,
-        };
-        checking += parsing.elapsed();
+        let mut body = BodyCheck::new(wire, pages == 0);
+        let mut response = response;
+        while let Some(chunk) = response.chunk().await? {
+            let reading = Instant::now();
+            body.feed(chunk)?;
+            checking += reading.elapsed();
+        }
+        let page_bytes = body.bytes();
+        let count = body.finish(&next, more)?;
         if count != announced {
             problems.push(format!(
                 "page {} decoded {count} events, {COUNT_HEADER} said {announced}",
@@ -239,7 +243,7 @@ pub async fn pull(
         }
         pages += 1;
         events += count;
-        bytes += body.len() as u64;
+        bytes += page_bytes;
         last_more = more;
         after = Some(next);
         if count > limit {
@@ -269,6 +273,7 @@ pub async fn pull(
     }
     Ok(Pull {
         format: wire.name(),
+        limit: wire.page_limit(),
         events,
         pages,
         bytes,
@@ -281,63 +286,6 @@ pub async fn pull(
             problems.join("; ")
         },
     })
-}
-
-/// Rows of an Arrow IPC stream, read batch by batch as pyarrow's `open_stream` would
-/// (every row of the benchmark table is an insert: one row per event).
-fn arrow_rows(body: &[u8]) -> anyhow::Result<u64> {
-    let reader = arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(body), None)?;
-    let mut rows = 0;
-    for batch in reader {
-        rows += batch?.num_rows() as u64;
-    }
-    Ok(rows)
-}
-
-/// Events of a JSON page, checked as the NDJSON lines are (the client's work alike in
-/// both): the envelope must close with the headers' cursor and `more`, the first page is
-/// parsed whole, and events are counted by their opening member, `{"position":"`, which
-/// no string holds unescaped (the benchmark table has no nested `position` field).
-fn json_events(body: &[u8], parse: bool, next: &str, more: bool) -> anyhow::Result<u64> {
-    let closing = format!("],\"next\":\"{next}\",\"more\":{more}}}");
-    anyhow::ensure!(
-        body.starts_with(b"{\"events\":[") && body.ends_with(closing.as_bytes()),
-        "a JSON page whose envelope does not match its headers"
-    );
-    let count = memchr::memmem::find_iter(body, b"{\"position\":\"").count() as u64;
-    if parse {
-        let page: Value = serde_json::from_slice(body)?;
-        let events = page["events"]
-            .as_array()
-            .context("a JSON page without events")?;
-        anyhow::ensure!(
-            events.len() as u64 == count,
-            "{count} events counted, {} parsed",
-            events.len()
-        );
-        if let Some(event) = events.first() {
-            is_insert(event)?;
-        }
-    }
-    Ok(count)
-}
-
-/// Checks a page's first event: every event of the benchmark's export is an insert.
-fn is_insert(event: &Value) -> anyhow::Result<()> {
-    anyhow::ensure!(event["op"] == "insert", "first event: {event}");
-    Ok(())
-}
-
-/// Lines in an NDJSON body (byte-wide counters, so the loop vectorizes).
-fn count_newlines(body: &[u8]) -> u64 {
-    body.chunks(255)
-        .map(|chunk| {
-            let n = chunk
-                .iter()
-                .fold(0u8, |n, &b| n.wrapping_add(u8::from(b == b'\n')));
-            u64::from(n)
-        })
-        .sum()
 }
 
 /// Bytes of all files below `dir`.

@@ -1,0 +1,169 @@
+//! Checking a page's body as it arrives, chunk by chunk, as a streaming consumer reads
+//! it: Arrow IPC decoded message by message (pyarrow's `open_stream` on a socket), JSON
+//! and NDJSON events counted as their bytes come in. Collecting a body into one buffer
+//! first, then reading it, copies every byte twice more on the cores the node runs on.
+
+use anyhow::Context;
+use arrow::buffer::Buffer;
+use arrow::ipc::reader::StreamDecoder;
+use bytes::Bytes;
+use serde_json::Value;
+
+use crate::service::Wire;
+
+/// Where a JSON page's envelope opens.
+const JSON_OPENING: &[u8] = b"{\"events\":[";
+/// The opening member of every JSON event, which no string holds unescaped (the benchmark
+/// table has no nested `position` field).
+const JSON_EVENT: &[u8] = b"{\"position\":\"";
+
+/// Bytes of a body's end kept: more than a JSON page's closing, with its cursor.
+const TAIL: usize = 1024;
+
+/// What one page's body held, read as it arrived.
+pub struct BodyCheck {
+    wire: Wire,
+    events: u64,
+    bytes: u64,
+    /// The first page's body, parsed whole (JSON) or up to its first line (NDJSON).
+    first: Option<Vec<u8>>,
+    /// The body's first bytes (JSON: the envelope's opening).
+    head: Vec<u8>,
+    /// The body's last bytes (JSON: the envelope's closing; counting: a pattern cut by a
+    /// chunk's end).
+    tail: Vec<u8>,
+    arrow: StreamDecoder,
+}
+
+impl BodyCheck {
+    /// A check of a body in `wire`; the first page of a pull is parsed, not only counted.
+    pub fn new(wire: Wire, first_page: bool) -> Self {
+        Self {
+            wire,
+            events: 0,
+            bytes: 0,
+            first: first_page.then(Vec::new),
+            head: Vec::new(),
+            tail: Vec::new(),
+            arrow: StreamDecoder::new(),
+        }
+    }
+
+    /// Bytes of the body so far.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Reads the next chunk of the body.
+    pub fn feed(&mut self, chunk: Bytes) -> anyhow::Result<()> {
+        self.bytes += chunk.len() as u64;
+        match self.wire {
+            Wire::Arrow => {
+                // Every row of the benchmark table is an insert: one row per event.
+                let mut buffer = Buffer::from(chunk);
+                while !buffer.is_empty() {
+                    if let Some(batch) = self.arrow.decode(&mut buffer)? {
+                        self.events += batch.num_rows() as u64;
+                    }
+                }
+            }
+            Wire::Ndjson => {
+                if let Some(first) = &mut self.first
+                    && !first.contains(&b'\n')
+                {
+                    first.extend_from_slice(&chunk);
+                }
+                self.events += count_newlines(&chunk);
+            }
+            Wire::Json => {
+                if let Some(first) = &mut self.first {
+                    first.extend_from_slice(&chunk);
+                }
+                if self.head.len() < JSON_OPENING.len() {
+                    let wanted = (JSON_OPENING.len() - self.head.len()).min(chunk.len());
+                    self.head.extend_from_slice(&chunk[..wanted]);
+                }
+                self.events += count_across(&self.tail, &chunk, JSON_EVENT);
+                keep_last(&mut self.tail, &chunk, TAIL);
+            }
+        }
+        Ok(())
+    }
+
+    /// The events the body held, once it ended: its envelope (JSON) checked against the
+    /// page's headers, and the first page's first event checked to be an insert.
+    pub fn finish(mut self, next: &str, more: bool) -> anyhow::Result<u64> {
+        match self.wire {
+            Wire::Arrow => self.arrow.finish()?,
+            Wire::Ndjson => {
+                if let Some(first) = self.first.filter(|body| !body.is_empty()) {
+                    let line = first.split(|b| *b == b'\n').next().unwrap_or_default();
+                    is_insert(&serde_json::from_slice(line)?)?;
+                }
+            }
+            Wire::Json => {
+                let closing = format!("],\"next\":\"{next}\",\"more\":{more}}}");
+                anyhow::ensure!(
+                    self.head == JSON_OPENING && self.tail.ends_with(closing.as_bytes()),
+                    "a JSON page whose envelope does not match its headers"
+                );
+                if let Some(first) = self.first {
+                    let page: Value = serde_json::from_slice(&first)?;
+                    let events = page["events"]
+                        .as_array()
+                        .context("a JSON page without events")?;
+                    anyhow::ensure!(
+                        events.len() as u64 == self.events,
+                        "{} events counted, {} parsed",
+                        self.events,
+                        events.len()
+                    );
+                    if let Some(event) = events.first() {
+                        is_insert(event)?;
+                    }
+                }
+            }
+        }
+        Ok(self.events)
+    }
+}
+
+/// Checks a page's first event: every event of the benchmark's export is an insert.
+fn is_insert(event: &Value) -> anyhow::Result<()> {
+    anyhow::ensure!(event["op"] == "insert", "first event: {event}");
+    Ok(())
+}
+
+/// Occurrences of `pattern` in `chunk`, and those that begin in `before` (the bytes just
+/// before it, at most a few hundred) and end in `chunk`.
+fn count_across(before: &[u8], chunk: &[u8], pattern: &[u8]) -> u64 {
+    let reach = (pattern.len() - 1).min(before.len());
+    let mut seam = before[before.len() - reach..].to_vec();
+    seam.extend_from_slice(&chunk[..(pattern.len() - 1).min(chunk.len())]);
+    let across = memchr::memmem::find_iter(&seam, pattern).count();
+    (across + memchr::memmem::find_iter(chunk, pattern).count()) as u64
+}
+
+/// Keeps the last `n` bytes of what `kept` was followed by `chunk`.
+fn keep_last(kept: &mut Vec<u8>, chunk: &[u8], n: usize) {
+    if chunk.len() >= n {
+        kept.clear();
+        kept.extend_from_slice(&chunk[chunk.len() - n..]);
+    } else {
+        kept.extend_from_slice(chunk);
+        let excess = kept.len().saturating_sub(n);
+        kept.drain(..excess);
+    }
+}
+
+/// Newlines in `body`, counted 255 bytes at a time in a byte the compiler vectorizes.
+fn count_newlines(body: &[u8]) -> u64 {
+    body.chunks(255)
+        .map(|chunk| {
+            let n = chunk
+                .iter()
+                .fold(0u8, |n, &b| n.wrapping_add(u8::from(b == b'\n')));
+            u64::from(n)
+        })
+        .sum()
+}
