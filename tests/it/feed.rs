@@ -4,7 +4,6 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use arrow::array::AsArray;
 use serde_json::{Value, json};
 
 use crate::fixtures::{RegisteredOrders, order_json, orders, orders_schema, registered_orders};
@@ -547,19 +546,6 @@ async fn change_sets_are_listed_newest_first_with_the_cursor_that_reads_from_the
     node.shutdown().await;
 }
 
-/// The `id` column of an Arrow page, in order.
-fn arrow_ids(body: &[u8]) -> Vec<i64> {
-    let reader = arrow::ipc::reader::StreamReader::try_new(body, None).unwrap();
-    let mut ids = Vec::new();
-    for batch in reader {
-        let batch = batch.unwrap();
-        let column = batch.column_by_name("id").unwrap();
-        let column = column.as_primitive::<arrow::datatypes::Int64Type>();
-        ids.extend(column.values().iter().copied());
-    }
-    ids
-}
-
 #[tokio::test]
 async fn arrow_pages_hold_up_to_ten_times_the_events_of_json_pages() {
     const ARROW: &str = "application/vnd.apache.arrow.stream";
@@ -577,7 +563,10 @@ async fn arrow_pages_hold_up_to_ten_times_the_events_of_json_pages() {
         (status, more.as_str(), count.as_str()),
         (200, "false", "25000")
     );
-    assert_eq!(arrow_ids(&body), (1..=25_000).collect::<Vec<_>>());
+    assert_eq!(
+        crate::wide_rows::page_ids(ARROW, &body),
+        (1..=25_000).collect::<Vec<_>>()
+    );
     // So does a subscription's Arrow page.
     let (status, sub) = node
         .post(
@@ -589,7 +578,7 @@ async fn arrow_pages_hold_up_to_ten_times_the_events_of_json_pages() {
     let path = "/v1/subscriptions/bulk/events?limit=25000&format=arrow";
     let (status, [_, _, _, count], body) = raw_page(&node, path, ARROW).await;
     assert_eq!((status, count.as_str()), (200, "25000"));
-    assert_eq!(arrow_ids(&body).len(), 25_000);
+    assert_eq!(crate::wide_rows::page_ids(ARROW, &body).len(), 25_000);
 
     // JSON and NDJSON pages, and streams (their events are JSON), keep the lower bound,
     // and each refusal names the bound that applies.

@@ -53,7 +53,7 @@ fn wide_orders(ids: std::ops::Range<i64>) -> RecordBatch {
 }
 
 /// The ids of a page's events, in the page's order.
-fn page_ids(accept: &str, body: &[u8]) -> Vec<i64> {
+pub(crate) fn page_ids(accept: &str, body: &[u8]) -> Vec<i64> {
     let id = |event: &Value| event["after"]["id"].as_i64().unwrap();
     match accept {
         "application/json" => {
