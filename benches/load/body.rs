@@ -22,30 +22,42 @@ const TAIL: usize = 1024;
 
 /// What one page's body held, read as it arrived.
 pub struct BodyCheck {
-    wire: Wire,
+    reader: Reader,
     events: u64,
     bytes: u64,
     /// The first page's body, parsed whole (JSON) or up to its first line (NDJSON).
     first: Option<Vec<u8>>,
-    /// The body's first bytes (JSON: the envelope's opening).
-    head: Vec<u8>,
-    /// The body's last bytes (JSON: the envelope's closing; counting: a pattern cut by a
-    /// chunk's end).
-    tail: Vec<u8>,
-    arrow: StreamDecoder,
+}
+
+/// What reading a body of one representation keeps between its chunks.
+enum Reader {
+    Arrow(StreamDecoder),
+    Ndjson,
+    Json {
+        /// The body's first bytes: the envelope's opening.
+        head: Vec<u8>,
+        /// The body's last bytes: the envelope's closing, and an event's opening cut by
+        /// a chunk's end.
+        tail: Vec<u8>,
+    },
 }
 
 impl BodyCheck {
     /// A check of a body in `wire`; the first page of a pull is parsed, not only counted.
     pub fn new(wire: Wire, first_page: bool) -> Self {
+        let reader = match wire {
+            Wire::Arrow => Reader::Arrow(StreamDecoder::new()),
+            Wire::Ndjson => Reader::Ndjson,
+            Wire::Json => Reader::Json {
+                head: Vec::new(),
+                tail: Vec::new(),
+            },
+        };
         Self {
-            wire,
+            reader,
             events: 0,
             bytes: 0,
             first: first_page.then(Vec::new),
-            head: Vec::new(),
-            tail: Vec::new(),
-            arrow: StreamDecoder::new(),
         }
     }
 
@@ -57,17 +69,17 @@ impl BodyCheck {
     /// Reads the next chunk of the body.
     pub fn feed(&mut self, chunk: Bytes) -> anyhow::Result<()> {
         self.bytes += chunk.len() as u64;
-        match self.wire {
-            Wire::Arrow => {
+        match &mut self.reader {
+            Reader::Arrow(decoder) => {
                 // Every row of the benchmark table is an insert: one row per event.
                 let mut buffer = Buffer::from(chunk);
                 while !buffer.is_empty() {
-                    if let Some(batch) = self.arrow.decode(&mut buffer)? {
+                    if let Some(batch) = decoder.decode(&mut buffer)? {
                         self.events += batch.num_rows() as u64;
                     }
                 }
             }
-            Wire::Ndjson => {
+            Reader::Ndjson => {
                 if let Some(first) = &mut self.first
                     && !first.contains(&b'\n')
                 {
@@ -75,16 +87,16 @@ impl BodyCheck {
                 }
                 self.events += count_newlines(&chunk);
             }
-            Wire::Json => {
+            Reader::Json { head, tail } => {
                 if let Some(first) = &mut self.first {
                     first.extend_from_slice(&chunk);
                 }
-                if self.head.len() < JSON_OPENING.len() {
-                    let wanted = (JSON_OPENING.len() - self.head.len()).min(chunk.len());
-                    self.head.extend_from_slice(&chunk[..wanted]);
+                if head.len() < JSON_OPENING.len() {
+                    let wanted = (JSON_OPENING.len() - head.len()).min(chunk.len());
+                    head.extend_from_slice(&chunk[..wanted]);
                 }
-                self.events += count_across(&self.tail, &chunk, JSON_EVENT);
-                keep_last(&mut self.tail, &chunk, TAIL);
+                self.events += count_across(tail, &chunk, JSON_EVENT);
+                keep_last(tail, &chunk, TAIL);
             }
         }
         Ok(())
@@ -92,19 +104,19 @@ impl BodyCheck {
 
     /// The events the body held, once it ended: its envelope (JSON) checked against the
     /// page's headers, and the first page's first event checked to be an insert.
-    pub fn finish(mut self, next: &str, more: bool) -> anyhow::Result<u64> {
-        match self.wire {
-            Wire::Arrow => self.arrow.finish()?,
-            Wire::Ndjson => {
+    pub fn finish(self, next: &str, more: bool) -> anyhow::Result<u64> {
+        match self.reader {
+            Reader::Arrow(mut decoder) => decoder.finish()?,
+            Reader::Ndjson => {
                 if let Some(first) = self.first.filter(|body| !body.is_empty()) {
                     let line = first.split(|b| *b == b'\n').next().unwrap_or_default();
                     is_insert(&serde_json::from_slice(line)?)?;
                 }
             }
-            Wire::Json => {
+            Reader::Json { head, tail } => {
                 let closing = format!("],\"next\":\"{next}\",\"more\":{more}}}");
                 anyhow::ensure!(
-                    self.head == JSON_OPENING && self.tail.ends_with(closing.as_bytes()),
+                    head == JSON_OPENING && tail.ends_with(closing.as_bytes()),
                     "a JSON page whose envelope does not match its headers"
                 );
                 if let Some(first) = self.first {

@@ -41,13 +41,14 @@ pub enum Wire {
 }
 
 impl Wire {
-    /// Events per page of the pull phases: the largest page the node answers in this
-    /// representation (`api.max_limit`, `api.max_arrow_limit`).
+    /// Events per page of the pull phases: the largest page the benchmark's node (of
+    /// default API settings) answers in this representation.
     pub fn page_limit(self) -> u64 {
-        match self {
-            Wire::Json | Wire::Ndjson => 10_000,
-            Wire::Arrow => 100_000,
-        }
+        let api = icefeed::config::ApiSettings::default();
+        u64::from(match self {
+            Wire::Json | Wire::Ndjson => api.max_limit,
+            Wire::Arrow => api.max_arrow_limit,
+        })
     }
 
     pub fn name(self) -> &'static str {
