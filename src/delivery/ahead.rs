@@ -3,13 +3,20 @@
 //! Must not reach: `api`, `workers`
 //! (delivery renders and sends; the HTTP layer and workers call it).
 
-use super::sizing::span_at;
+use super::sizing::{self, span_at};
 use crate::changes::Position;
-use crate::store::SegmentRecord;
+use crate::store::{SegmentRecord, StoredSegment};
 
-/// Chunks a reader has rendered ahead of the one it reads, and windows it has decoded
-/// ahead of its page, at most.
-const MAX_AHEAD: usize = 3;
+/// Chunks a reader renders ahead of the one it reads, at most.
+const CHUNKS_AHEAD: usize = 3;
+
+/// Stored bytes of the windows a reader decodes ahead of its page, at most (and at least
+/// one window): a page's worth. Decoded, that is some 30–40 MB of ordinary rows, room
+/// for the windows of two pages of 100,000 narrow Arrow events, and half the node's
+/// decoded cache, which keeps the page being read beside them. Counted in windows
+/// instead, a page of Arrow events that spans four was left to decode one of them
+/// itself while a core idled.
+const WINDOWS_AHEAD_STORED_BYTES: u64 = sizing::PAGE_STORED_BYTES;
 
 /// Whether `segment` holds events after `position`.
 pub(super) fn holds_after(segment: &SegmentRecord, position: Position) -> bool {
@@ -18,16 +25,49 @@ pub(super) fn holds_after(segment: &SegmentRecord, position: Position) -> bool {
             && segment.first_event + segment.event_count > position.consumed)
 }
 
+/// The chunks of `segments` that the `events` events after `next` lie in, at most
+/// [`CHUNKS_AHEAD`], in feed order (without `inserts` segments if `skip_inserts`).
+pub(super) fn chunks_ahead(
+    segments: &[SegmentRecord],
+    next: Position,
+    events: usize,
+    skip_inserts: bool,
+) -> impl Iterator<Item = (&SegmentRecord, usize)> {
+    spans_ahead(segments, next, events, skip_inserts, sizing::chunk_events)
+        .map(|(segment, index, _)| (segment, index))
+        .take(CHUNKS_AHEAD)
+}
+
+/// The windows of `segments` that the `events` events after `next` lie in, as many as
+/// store [`WINDOWS_AHEAD_STORED_BYTES`] (at least one), in feed order (without `inserts`
+/// segments if `skip_inserts`).
+pub(super) fn windows_ahead(
+    segments: &[SegmentRecord],
+    next: Position,
+    events: usize,
+    skip_inserts: bool,
+) -> impl Iterator<Item = (&SegmentRecord, usize)> {
+    let mut stored = 0;
+    spans_ahead(segments, next, events, skip_inserts, sizing::window_events)
+        .take_while(move |(segment, _, len)| {
+            let bytes = *len as u64 * segment.stored_bytes_per_event();
+            let taken = stored == 0 || stored + bytes <= WINDOWS_AHEAD_STORED_BYTES;
+            stored += bytes;
+            taken
+        })
+        .map(|(segment, index, _)| (segment, index))
+}
+
 /// The spans (windows or chunks, of `span(segment)` events) of `segments` that the
-/// `events` events after `next` lie in, at most [`MAX_AHEAD`], in feed order (without
-/// `inserts` segments if `skip_inserts`).
-pub(super) fn spans_ahead(
+/// `events` events after `next` lie in, in feed order (without `inserts` segments if
+/// `skip_inserts`), each with its length.
+fn spans_ahead(
     segments: &[SegmentRecord],
     next: Position,
     events: usize,
     skip_inserts: bool,
     span: fn(&SegmentRecord) -> usize,
-) -> impl Iterator<Item = (&SegmentRecord, usize)> {
+) -> impl Iterator<Item = (&SegmentRecord, usize, usize)> {
     let segments = segments
         .iter()
         .filter(move |s| holds_after(s, next) && !(skip_inserts && s.layout == "inserts"));
@@ -43,15 +83,13 @@ pub(super) fn spans_ahead(
             let spans = from / span..total.div_ceil(span);
             spans.map(move |index| (segment, index, from.max(index * span)))
         })
-        .take_while(move |(segment, index, from)| {
-            let (first, len) = span_at(*index, span(segment), segment.event_count as usize);
+        .map_while(move |(segment, index, from)| {
+            let (first, len) = span_at(index, span(segment), segment.event_count as usize);
             let end = first + len;
             let needed = wanted > 0;
             wanted = wanted.saturating_sub(end - from);
-            needed
+            needed.then_some((segment, index, len))
         })
-        .take(MAX_AHEAD)
-        .map(|(segment, index, _)| (segment, index))
 }
 
 #[cfg(test)]
@@ -69,7 +107,7 @@ mod tests {
             ordinal: next.0,
             consumed: next.1,
         };
-        spans_ahead(segments, next, events, skip_inserts, sizing::window_events)
+        windows_ahead(segments, next, events, skip_inserts)
             .map(|(s, index)| (s.path.clone(), index))
             .collect()
     }
@@ -94,11 +132,8 @@ mod tests {
             ahead(&segments, (1, 2 * w + 5), 1000, false),
             [(path(0), 2), (path(1), 0), (path(2), 0)]
         );
-        // A long page takes at most MAX_AHEAD windows.
-        assert_eq!(
-            ahead(&segments, (2, 0), 10 * w as usize, false).len(),
-            MAX_AHEAD
-        );
+        // A long page's windows, as many as it spans.
+        assert_eq!(ahead(&segments, (2, 0), 10 * w as usize, false).len(), 5);
         // Segments the page skips are not decoded, nor do they count.
         assert_eq!(
             ahead(&segments, (1, 0), 1000, true),
@@ -109,6 +144,23 @@ mod tests {
     }
 
     #[test]
+    fn the_windows_ahead_of_a_page_store_a_page_s_bytes_at_most() {
+        // 100 stored bytes an event: windows of 32,768 events store 3.3 MB, and two of
+        // them are all that a page's bytes allow, however many events are asked for.
+        let w = sizing::window_events(&SegmentRecord::sample(1, 0, 1, "changes", 100));
+        assert_eq!(w, 4 * sizing::CHUNK_EVENTS);
+        let events = 10 * w as i64;
+        let segments = [SegmentRecord::sample(1, 0, events, "changes", 100 * events)];
+        assert_eq!(ahead(&segments, (1, 0), 10 * w, false).len(), 2);
+        // A window that stores more than a page's bytes is decoded ahead alone.
+        let huge = [SegmentRecord::sample(1, 0, 100, "changes", 1_000_000_000)];
+        assert_eq!(
+            ahead(&huge, (1, 0), 100, false),
+            [(huge[0].path.clone(), 0)]
+        );
+    }
+
+    #[test]
     fn the_chunks_of_wide_rows_ahead_of_a_page_are_fewer_events() {
         // 100 KB an event: chunks of 10.
         let segments = [SegmentRecord::sample(1, 0, 100, "changes", 10_000_000)];
@@ -116,7 +168,7 @@ mod tests {
             ordinal: 1,
             consumed: 0,
         };
-        let chunks: Vec<usize> = spans_ahead(&segments, next, 25, false, sizing::chunk_events)
+        let chunks: Vec<usize> = chunks_ahead(&segments, next, 25, false)
             .map(|(_, index)| index)
             .collect();
         assert_eq!(chunks, [0, 1, 2]);
@@ -133,10 +185,12 @@ mod tests {
             ordinal: 1,
             consumed: 5,
         };
-        let chunks: Vec<(i64, usize)> =
-            spans_ahead(&segments, next, 2 * c as usize, false, sizing::chunk_events)
-                .map(|(s, index)| (s.ordinal, index))
-                .collect();
+        let chunks: Vec<(i64, usize)> = chunks_ahead(&segments, next, 2 * c as usize, false)
+            .map(|(s, index)| (s.ordinal, index))
+            .collect();
         assert_eq!(chunks, [(1, 0), (1, 1), (2, 0)]);
+        // A long page's: at most CHUNKS_AHEAD.
+        let long = chunks_ahead(&segments, next, 10 * c as usize, false);
+        assert_eq!(long.count(), CHUNKS_AHEAD);
     }
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use arrow::array::RecordBatch;
 
-use super::ahead::{holds_after, spans_ahead};
+use super::ahead::{chunks_ahead, holds_after, windows_ahead};
 use super::decoded::{self, DecodedCache, Windows};
 use super::error::FeedError;
 use super::events::{BatchHead, EventBatch, EventSink, RenderedSink, SchemaEntry};
@@ -334,8 +334,8 @@ impl Feed {
     }
 
     /// Decodes in the background the windows of `segments` that the next
-    /// [`PAGES_AHEAD`] pages of the same size after `next` would read (up to
-    /// `ahead::MAX_AHEAD`).
+    /// [`PAGES_AHEAD`] pages of the same size after `next` would read (up to a page's
+    /// stored bytes: `ahead::windows_ahead`), each in a task of its own.
     fn decode_ahead(
         &self,
         table: &SourceTable,
@@ -344,16 +344,11 @@ impl Feed {
         request: &PageRequest<'_>,
     ) {
         let skip_inserts = !request.selection.ops.contains(Op::Insert);
-        let windows: Vec<(SegmentRecord, usize)> = spans_ahead(
-            segments,
-            next,
-            PAGES_AHEAD * request.limit,
-            skip_inserts,
-            sizing::window_events,
-        )
-        .filter(|(segment, index)| !self.decoded.contains(&segment.path, *index))
-        .map(|(segment, index)| (segment.clone(), index))
-        .collect();
+        let windows: Vec<(SegmentRecord, usize)> =
+            windows_ahead(segments, next, PAGES_AHEAD * request.limit, skip_inserts)
+                .filter(|(segment, index)| !self.decoded.contains(&segment.path, *index))
+                .map(|(segment, index)| (segment.clone(), index))
+                .collect();
         for (segment, index) in windows {
             let (feed, table) = (self.clone(), table.id);
             tokio::spawn(async move {
@@ -507,10 +502,10 @@ impl Feed {
 
     /// Renders in the background, into the shared cache, the chunks of `segments` that
     /// the next [`PAGES_AHEAD`] pages of the same size after `next` would read (and at
-    /// least the chunk after `next`'s, up to `ahead::MAX_AHEAD`), each in a task of its own:
-    /// the other core renders them while this page is copied, sent and parsed. Readers
-    /// asking for one of them meanwhile wait for it; a failure is left for a reader to
-    /// meet.
+    /// least the chunk after `next`'s, up to `ahead::CHUNKS_AHEAD`), each in a task of its
+    /// own: the other core renders them while this page is copied, sent and parsed.
+    /// Readers asking for one of them meanwhile wait for it; a failure is left for a
+    /// reader to meet.
     fn render_ahead(
         &self,
         table: &SourceTable,
@@ -523,7 +518,7 @@ impl Feed {
         let events = (PAGES_AHEAD * request.limit).max(sizing::CHUNK_EVENTS);
         let chunks: Vec<(SegmentRecord, ChunkKey)> = {
             let mut ahead = self.ahead.lock().expect("chunks ahead");
-            spans_ahead(segments, next, events, skip_inserts, sizing::chunk_events)
+            chunks_ahead(segments, next, events, skip_inserts)
                 .map(|(segment, index)| {
                     let key = chunk_key(table.id, segment, index, options, request);
                     (segment, key)
