@@ -31,7 +31,7 @@ pub struct BodyCheck {
 
 /// What reading a body of one representation keeps between its chunks.
 enum Reader {
-    Arrow(StreamDecoder),
+    Arrow(StreamDecoder, Messages),
     Ndjson,
     Json {
         /// The body's first bytes: the envelope's opening.
@@ -46,7 +46,7 @@ impl BodyCheck {
     /// A check of a body in `wire`; the first page of a pull is parsed, not only counted.
     pub fn new(wire: Wire, first_page: bool) -> Self {
         let reader = match wire {
-            Wire::Arrow => Reader::Arrow(StreamDecoder::new()),
+            Wire::Arrow => Reader::Arrow(StreamDecoder::new(), Messages::default()),
             Wire::Ndjson => Reader::Ndjson,
             Wire::Json => Reader::Json {
                 head: Vec::new(),
@@ -70,12 +70,14 @@ impl BodyCheck {
     pub fn feed(&mut self, chunk: Bytes) -> anyhow::Result<()> {
         self.bytes += chunk.len() as u64;
         match &mut self.reader {
-            Reader::Arrow(decoder) => {
-                // Every row of the benchmark table is an insert: one row per event.
-                let mut buffer = Buffer::from(chunk);
-                while !buffer.is_empty() {
-                    if let Some(batch) = decoder.decode(&mut buffer)? {
-                        self.events += batch.num_rows() as u64;
+            Reader::Arrow(decoder, messages) => {
+                let mut chunk = &chunk[..];
+                while let Some(mut message) = messages.gather(&mut chunk)? {
+                    while !message.is_empty() {
+                        // Every row of the benchmark table is an insert: one row per event.
+                        if let Some(batch) = decoder.decode(&mut message)? {
+                            self.events += batch.num_rows() as u64;
+                        }
                     }
                 }
             }
@@ -106,7 +108,13 @@ impl BodyCheck {
     /// page's headers, and the first page's first event checked to be an insert.
     pub fn finish(self, next: &str, more: bool) -> anyhow::Result<u64> {
         match self.reader {
-            Reader::Arrow(mut decoder) => decoder.finish()?,
+            Reader::Arrow(mut decoder, messages) => {
+                anyhow::ensure!(
+                    messages.gathered.is_empty(),
+                    "an Arrow body cut in a message"
+                );
+                decoder.finish()?
+            }
             Reader::Ndjson => {
                 if let Some(first) = self.first.filter(|body| !body.is_empty()) {
                     let line = first.split(|b| *b == b'\n').next().unwrap_or_default();
@@ -137,6 +145,65 @@ impl BodyCheck {
             }
         }
         Ok(self.events)
+    }
+}
+
+/// Arrow IPC messages gathered whole, each into one buffer of its length, before they are
+/// decoded. `StreamDecoder` fed chunk by chunk grows its buffer as a message's body comes
+/// in and copies the body about twice over; a reader that takes a message's length from
+/// its metadata first (pyarrow on a socket) copies it once.
+#[derive(Default)]
+struct Messages {
+    /// The bytes of the message being gathered.
+    gathered: Vec<u8>,
+    /// Its length, once its metadata is in.
+    length: Option<usize>,
+}
+
+impl Messages {
+    /// Takes bytes off the front of `chunk` until it ends or a message is whole; returns
+    /// that message.
+    fn gather(&mut self, chunk: &mut &[u8]) -> anyhow::Result<Option<Buffer>> {
+        while !chunk.is_empty() {
+            let length = self.length()?;
+            let (taken, rest) = chunk.split_at((length - self.gathered.len()).min(chunk.len()));
+            self.gathered.extend_from_slice(taken);
+            *chunk = rest;
+            // Whole once its length is known to be no more than what is in.
+            if self.gathered.len() == length && self.length()? == length {
+                self.length = None;
+                return Ok(Some(Buffer::from(std::mem::take(&mut self.gathered))));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The length of the message being gathered as far as its bytes so far tell: its
+    /// prefix (the continuation marker and its metadata's length), its metadata, then its
+    /// body, whose length the metadata holds (the buffer is reserved for it then). A
+    /// prefix of metadata length 0 is the end of the stream, whole.
+    fn length(&mut self) -> anyhow::Result<usize> {
+        const PREFIX: usize = 8;
+        if let Some(length) = self.length {
+            return Ok(length);
+        }
+        let Some(metadata) = self.gathered.get(4..PREFIX) else {
+            return Ok(PREFIX);
+        };
+        let metadata = u32::from_le_bytes(metadata.try_into()?) as usize;
+        let length = match self.gathered.get(PREFIX..PREFIX + metadata) {
+            _ if metadata == 0 => PREFIX,
+            None => return Ok(PREFIX + metadata),
+            Some(bytes) => {
+                let body = arrow::ipc::root_as_message(bytes)
+                    .map_err(|e| anyhow::anyhow!("an Arrow message's metadata: {e}"))?
+                    .bodyLength();
+                PREFIX + metadata + usize::try_from(body)?
+            }
+        };
+        self.gathered.reserve_exact(length - self.gathered.len());
+        self.length = Some(length);
+        Ok(length)
     }
 }
 
