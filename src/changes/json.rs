@@ -120,7 +120,7 @@ pub struct RecordEncoder {
 
 /// One batch's columns, downcast and ready for row-by-row encoding.
 pub struct BoundRecord<'a> {
-    keys: &'a [Box<[u8]>],
+    keys: &'a [Key],
     columns: Vec<Bound<'a>>,
     rows: usize,
 }
@@ -143,8 +143,41 @@ enum Kind {
 #[derive(Debug)]
 struct StructPlan {
     /// Pre-escaped `"name":` per field.
-    keys: Vec<Box<[u8]>>,
+    keys: Vec<Key>,
     children: Vec<Node>,
+}
+
+/// A field's pre-escaped `"name":`, held in a block of fixed size when it fits: every
+/// event writes each of its fields' names, and a copy of a size known when compiling is a
+/// few moves where one of the name's length calls `memmove`.
+#[derive(Debug)]
+enum Key {
+    Short([u8; KEY_BLOCK], u8),
+    Long(Box<[u8]>),
+}
+
+/// Bytes of a [`Key::Short`]'s block: most names with their quotes and colon.
+const KEY_BLOCK: usize = 32;
+
+impl Key {
+    fn new(bytes: Vec<u8>) -> Self {
+        match bytes.len() {
+            len @ ..=KEY_BLOCK => {
+                let mut block = [0; KEY_BLOCK];
+                block[..len].copy_from_slice(&bytes);
+                Self::Short(block, len as u8)
+            }
+            _ => Self::Long(bytes.into_boxed_slice()),
+        }
+    }
+
+    #[inline]
+    fn write(&self, out: &mut Vec<u8>) {
+        match self {
+            Self::Short(block, len) => append_cut(out, block, usize::from(*len)),
+            Self::Long(bytes) => out.extend_from_slice(bytes),
+        }
+    }
 }
 
 fn plan_struct(fields: &[NestedFieldRef], prefix: &str) -> StructPlan {
@@ -154,7 +187,7 @@ fn plan_struct(fields: &[NestedFieldRef], prefix: &str) -> StructPlan {
         let mut key = Vec::with_capacity(field.name.len() + 3);
         write_json_string(&field.name, &mut key);
         key.push(b':');
-        keys.push(key.into_boxed_slice());
+        keys.push(Key::new(key));
         let path = if prefix.is_empty() {
             field.name.clone()
         } else {
@@ -261,7 +294,7 @@ impl BoundRecord<'_> {
             if n > 0 {
                 out.push(b',');
             }
-            out.extend_from_slice(&self.keys[i]);
+            self.keys[i].write(out);
             self.columns[i].write(row, out);
         }
         out.push(b'}');
@@ -331,7 +364,7 @@ enum Col<'a> {
     BinView(&'a BinaryViewArray),
     FixedBin(&'a FixedSizeBinaryArray),
     Uuid(&'a FixedSizeBinaryArray),
-    Struct(&'a [Box<[u8]>], Vec<Bound<'a>>),
+    Struct(&'a [Key], Vec<Bound<'a>>),
     List(&'a [i32], Box<Bound<'a>>),
     LargeList(&'a [i64], Box<Bound<'a>>),
     FixedList(usize, Box<Bound<'a>>),
@@ -517,13 +550,13 @@ fn bind_node<'a>(
     })
 }
 
-fn write_object(keys: &[Box<[u8]>], children: &[Bound<'_>], row: usize, out: &mut Vec<u8>) {
+fn write_object(keys: &[Key], children: &[Bound<'_>], row: usize, out: &mut Vec<u8>) {
     out.push(b'{');
     for (i, (key, child)) in keys.iter().zip(children).enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        out.extend_from_slice(key);
+        key.write(out);
         child.write(row, out);
     }
     out.push(b'}');

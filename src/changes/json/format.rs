@@ -92,15 +92,33 @@ impl<const N: usize> Buf<N> {
 
     #[inline]
     fn uint(&mut self, n: u64) {
-        let mut digits = [0u8; 20];
-        let start = digits_u64(n, &mut digits);
-        self.extend(&digits[start..]);
+        let end = self.len + decimal_len(n);
+        digits_u64(n, &mut self.bytes[self.len..end]);
+        self.len = end;
     }
 
+    /// Appends what the buffer holds: all `N` bytes copied and the rest cut back, since
+    /// a copy whose size is known when compiling is a few moves where one of `len` bytes
+    /// calls `memmove`, which costs more than copying a number's digits.
     #[inline]
     fn flush(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.bytes[..self.len]);
+        append_cut(out, &self.bytes, self.len);
     }
+}
+
+/// Appends the first `len` bytes of `block` by copying all of it and cutting back
+/// (see [`Buf::flush`]).
+#[inline(always)]
+pub(super) fn append_cut<const N: usize>(out: &mut Vec<u8>, block: &[u8; N], len: usize) {
+    let at = out.len();
+    out.extend_from_slice(block);
+    out.truncate(at + len);
+}
+
+/// Decimal digits of `n`.
+#[inline]
+fn decimal_len(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |log| log as usize + 1)
 }
 
 impl<const N: usize> std::fmt::Write for Buf<N> {
@@ -115,13 +133,12 @@ impl<const N: usize> std::fmt::Write for Buf<N> {
 
 #[inline]
 pub(super) fn write_i64(n: i64, out: &mut Vec<u8>) {
-    let mut b = [0u8; 21];
-    let mut start = digits_u64(n.unsigned_abs(), &mut b);
+    let mut buf = Buf::<24>::new();
     if n < 0 {
-        start -= 1;
-        b[start] = b'-';
+        buf.push(b'-');
     }
-    out.extend_from_slice(&b[start..]);
+    buf.uint(n.unsigned_abs());
+    buf.flush(out);
 }
 
 #[inline]
@@ -130,13 +147,14 @@ pub(super) fn write_long(v: i64, mode: LongMode, out: &mut Vec<u8>) {
     if mode == LongMode::Number || (-MAX_EXACT..=MAX_EXACT).contains(&v) {
         return write_i64(v, out);
     }
-    let mut b = [b'"'; 23];
-    let mut start = digits_u64(v.unsigned_abs(), &mut b[..22]) - 1;
+    let mut buf = Buf::<24>::new();
+    buf.push(b'"');
     if v < 0 {
-        b[start] = b'-';
-        start -= 1;
+        buf.push(b'-');
     }
-    out.extend_from_slice(&b[start..]);
+    buf.uint(v.unsigned_abs());
+    buf.push(b'"');
+    buf.flush(out);
 }
 
 macro_rules! write_float {

@@ -92,6 +92,40 @@ fn booleans_and_ints() {
 }
 
 #[test]
+fn longs_of_every_digit_count() {
+    let mut longs = vec![0, i64::MIN, i64::MAX];
+    for digits in 1..19 {
+        let p = 10i64.pow(digits);
+        longs.extend([p - 1, p, p + 1, -(p - 1), -p, -(p + 1)]);
+    }
+    let expected: Vec<String> = longs.iter().map(|n| n.to_string()).collect();
+    let column = Arc::new(Int64Array::from(longs));
+    let number = JsonOptions {
+        longs: LongMode::Number,
+        ..JsonOptions::default()
+    };
+    assert_eq!(values_with(prim(P::Long), column, number), expected);
+}
+
+#[test]
+fn field_names_of_every_length_are_written_whole() {
+    // Names whose `"name":` fits a key's block, fills it, and outgrows it.
+    let names: Vec<String> = (26..=34).map(|len| "n".repeat(len - 1) + "\"").collect();
+    let fields: Vec<NestedFieldRef> = (0..names.len())
+        .map(|i| field(i as i32 + 1, &names[i], prim(P::Int)))
+        .collect();
+    let columns: Vec<ArrayRef> = (0..names.len())
+        .map(|i| Arc::new(Int32Array::from(vec![i as i32])) as ArrayRef)
+        .collect();
+    let row = &encode_with(&fields, &columns, JsonOptions::default())[0];
+    let parsed: serde_json::Map<String, Value> = serde_json::from_str(row).unwrap();
+    assert_eq!(parsed.len(), names.len());
+    for (i, name) in names.iter().enumerate() {
+        assert_eq!(parsed[name], i);
+    }
+}
+
+#[test]
 fn long_boundaries_in_both_modes() {
     let exact = 1i64 << 53;
     let column: ArrayRef = Arc::new(Int64Array::from(vec![
