@@ -11,11 +11,12 @@ use crate::store::{SegmentRecord, StoredSegment};
 const CHUNKS_AHEAD: usize = 3;
 
 /// Stored bytes of the windows a reader decodes ahead of its page, at most (and at least
-/// one window): a page's worth. Decoded, that is some 30–40 MB of ordinary rows, room
-/// for the windows of two pages of 100,000 narrow Arrow events, and half the node's
-/// decoded cache, which keeps the page being read beside them. Counted in windows
-/// instead, a page of Arrow events that spans four was left to decode one of them
-/// itself while a core idled.
+/// one window): a page's worth. Decoded, that is some 30–40 MB of ordinary rows (a taxi
+/// trip stores 31 bytes and decodes to about 150): room for the windows of two pages of
+/// 100,000 narrow Arrow events, and about half the node's decoded cache, which keeps
+/// the windows of the page being read beside them. Counted in windows instead (three),
+/// a page of Arrow events that spans four was left to decode one itself while a core
+/// idled.
 const WINDOWS_AHEAD_STORED_BYTES: u64 = sizing::PAGE_STORED_BYTES;
 
 /// Whether `segment` holds events after `position`.
