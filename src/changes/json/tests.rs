@@ -102,7 +102,6 @@ fn longs_of_every_digit_count() {
     let column = Arc::new(Int64Array::from(longs));
     let number = JsonOptions {
         longs: LongMode::Number,
-        ..JsonOptions::default()
     };
     assert_eq!(values_with(prim(P::Long), column, number), expected);
 }
