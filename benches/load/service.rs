@@ -202,13 +202,14 @@ pub async fn pull(
     wire: Wire,
 ) -> anyhow::Result<Pull> {
     let url = format!("{base}/v1/tables/{id}/changes");
+    let page_limit = wire.page_limit();
     let mut after: Option<String> = None;
     let (mut events, mut pages, mut bytes, mut last_more) = (0u64, 0u64, 0u64, true);
     let mut problems = Vec::new();
     let mut checking = Duration::ZERO;
     let started = Instant::now();
     while events < max {
-        let limit = wire.page_limit().min(max - events);
+        let limit = page_limit.min(max - events);
         let mut request = client.get(&url).query(&[("limit", limit)]);
         if let Some(cursor) = &after {
             request = request.query(&[("after", cursor)]);
@@ -274,7 +275,7 @@ pub async fn pull(
     }
     Ok(Pull {
         format: wire.name(),
-        limit: wire.page_limit(),
+        limit: page_limit,
         events,
         pages,
         bytes,
